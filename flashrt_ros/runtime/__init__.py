@@ -1,0 +1,1 @@
+"""Execution-state runtime: arena, capsules, store. Pure torch, no ROS."""

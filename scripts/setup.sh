@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Bare-machine set-up, idempotent: .venv with pinned dependencies, the ROS
+# interfaces built from msg/ srv/ action/ with the PyPI rosidl toolchain and
+# installed into .venv, and the library installed editable from this checkout.
+# Each step is skipped when its inputs have not changed since it last succeeded.
+# Usage: scripts/setup.sh            (sourced or executed)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY_BOOT="${PYTHON:-python3}"
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+for tool in cmake g++ make; do
+  command -v "$tool" >/dev/null || { say "missing '$tool': apt-get install cmake g++ make"; exit 1; }
+done
+
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV"
+  "$PY_BOOT" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+
+deps_key="$(cat "$ROOT/requirements-lock.txt" "$ROOT/requirements.txt" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$VENV/.flashrt-deps" 2>/dev/null)" != "$deps_key" ]; then
+  say "installing pinned dependencies (first time: a few minutes)"
+  "$PY" -m pip install --disable-pip-version-check -q -r "$ROOT/requirements-lock.txt" 2> >(grep -v "is ignored: it is neither" >&2)
+  "$PY" -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation \
+    --config-settings editable_mode=compat -e "$ROOT" 2> >(grep -v "is ignored: it is neither" >&2)
+  echo "$deps_key" > "$VENV/.flashrt-deps"
+fi
+
+ifc_key="$( (cd "$ROOT" && cat CMakeLists.txt package.xml msg/* srv/* action/* flashrt_ros/__init__.py) | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$VENV/.flashrt-interfaces" 2>/dev/null)" != "$ifc_key" ] \
+   || ! "$PY" -c "import flashrt_ros.srv" 2>/dev/null; then
+  say "building ROS interfaces (msg/ srv/ action/) into $VENV (about 1-2 minutes)"
+  "$PY" "$ROOT/tools/fix_wheel_cmake_paths.py" "$VENV" >/dev/null
+  BUILD="$ROOT/build/bare"
+  PATH="$VENV/bin:$PATH" cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX="$VENV" -DCMAKE_PREFIX_PATH="$VENV" \
+    -DPython3_EXECUTABLE="$PY" -DFLASHRT_INSTALL_LIBRARY=OFF -DBUILD_TESTING=OFF >"$BUILD.log" 2>&1 \
+    || { say "cmake configure failed; see $BUILD.log"; tail -30 "$BUILD.log" >&2; exit 1; }
+  PATH="$VENV/bin:$PATH" cmake --build "$BUILD" -j"$(nproc)" >>"$BUILD.log" 2>&1 \
+    || { say "interface build failed; see $BUILD.log"; tail -30 "$BUILD.log" >&2; exit 1; }
+  cmake --install "$BUILD" >>"$BUILD.log" 2>&1 || { say "install failed; see $BUILD.log"; exit 1; }
+  "$PY" -c "from flashrt_ros.srv import Snapshot" \
+    || { say "interfaces built but do not import"; exit 1; }
+  echo "$ifc_key" > "$VENV/.flashrt-interfaces"
+fi
+say "ready: $VENV"
