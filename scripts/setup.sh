@@ -36,6 +36,7 @@ if [ "$(cat "$VENV/.flashrt-interfaces" 2>/dev/null)" != "$ifc_key" ] \
   say "building ROS interfaces (msg/ srv/ action/) into $VENV (about 1-2 minutes)"
   "$PY" "$ROOT/tools/fix_wheel_cmake_paths.py" "$VENV" >/dev/null
   BUILD="$ROOT/build/bare"
+  mkdir -p "$ROOT/build"
   PATH="$VENV/bin:$PATH" cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_INSTALL_PREFIX="$VENV" -DCMAKE_PREFIX_PATH="$VENV" \
     -DPython3_EXECUTABLE="$PY" -DFLASHRT_INSTALL_LIBRARY=OFF -DBUILD_TESTING=OFF >"$BUILD.log" 2>&1 \

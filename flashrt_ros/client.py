@@ -1,0 +1,148 @@
+"""A small Python client for a running flashrt node (CLI, tests, behaviour trees).
+
+Why one module: every caller needs the same things — wait for a service with a
+timeout, retry while it is not yet available, turn ``success=false`` into a
+clear error, and stream an action's feedback — so they live here once, in the
+style of nav2_simple_commander. Two flavours:
+
+- ``call_async(verb, **fields)`` returns an rclpy future (non-blocking; the
+  behaviour trees poll it from their tick);
+- ``call(verb, **fields)`` blocks until the response (it spins the client's
+  own node when nothing else spins it) and raises ``ServiceCallError`` on
+  failure responses, timeouts or an absent node.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import rclpy
+from rclpy.action import ActionClient
+from rclpy.node import Node
+from rclpy.task import Future
+
+from flashrt_ros.action import Generate
+from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
+                             Verify)
+from std_srvs.srv import Trigger
+
+#: verb -> (service type, service name relative to the node's namespace)
+SERVICES: dict[str, tuple[type, str]] = {
+    "snapshot": (Snapshot, "snapshot"),
+    "restore": (Restore, "restore"),
+    "fork": (Fork, "fork"),
+    "rollback": (Rollback, "rollback"),
+    "drop": (Drop, "drop"),
+    "list": (ListCapsules, "list"),
+    "save": (Save, "save"),
+    "load": (Load, "load"),
+    "verify": (Verify, "verify"),
+    "pause": (Trigger, "pause"),
+    "resume": (Trigger, "resume"),
+    "reset": (Trigger, "reset"),
+}
+
+
+class ServiceCallError(RuntimeError):
+    """A call that did not succeed; ``error_code`` is the response's (or TIMEOUT)."""
+
+    def __init__(self, message: str, error_code: int = 0, response: Any = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.response = response
+
+
+@dataclass
+class GenerateOutcome:
+    result: Any            # Generate.Result
+    accepted: bool
+    status: int            # action_msgs/GoalStatus
+
+
+class FlashRTClient:
+    """Typed access to one flashrt node's services and its generate action."""
+
+    def __init__(self, node: Node, namespace: str = "/flashrt") -> None:
+        self.node = node
+        self.namespace = namespace.rstrip("/") or ""
+        self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}")
+                         for verb, (srv, name) in SERVICES.items()}
+        self._generate = ActionClient(node, Generate, f"{self.namespace}/generate")
+
+    # --- services -------------------------------------------------------
+    def request(self, verb: str, **fields: Any) -> Any:
+        srv_type, _ = SERVICES[verb]
+        req = srv_type.Request()
+        for key, value in fields.items():
+            if not hasattr(req, key):
+                raise ValueError(f"{verb}: unknown field {key!r}")
+            setattr(req, key, value)
+        return req
+
+    def wait_for(self, verb: str, timeout_s: float) -> bool:
+        return self._clients[verb].wait_for_service(timeout_sec=timeout_s)
+
+    def call_async(self, verb: str, **fields: Any) -> Future:
+        """Send without waiting; the caller polls ``future.done()``."""
+        return self._clients[verb].call_async(self.request(verb, **fields))
+
+    def call(self, verb: str, *, timeout_s: float = 10.0, wait_s: float = 10.0,
+             check: bool = True, **fields: Any) -> Any:
+        """Call and wait; raises ServiceCallError unless the response succeeded."""
+        client = self._clients[verb]
+        deadline = time.monotonic() + wait_s
+        while not client.wait_for_service(timeout_sec=0.2):
+            if time.monotonic() > deadline:
+                raise ServiceCallError(
+                    f"service {client.srv_name} not available after {wait_s:.1f} s "
+                    "(is the node running and active, and on the same ROS_DOMAIN_ID?)", 13)
+        future = client.call_async(self.request(verb, **fields))
+        response = self._wait(future, timeout_s)
+        if response is None:
+            raise ServiceCallError(f"{client.srv_name}: no response within {timeout_s:.1f} s", 13)
+        if check and not response.success:
+            raise ServiceCallError(f"{verb} failed: {response.message}",
+                                   getattr(response, "error_code", 0), response)
+        return response
+
+    # --- generate action ------------------------------------------------
+    def generate_async(self, prompt: str, *, feedback: Callable[[Any], None] | None = None,
+                       **fields: Any) -> Future:
+        """Send a goal; the future resolves to a ClientGoalHandle."""
+        goal = Generate.Goal()
+        goal.prompt = prompt
+        goal.top_p = 1.0
+        for key, value in fields.items():
+            if not hasattr(goal, key):
+                raise ValueError(f"generate: unknown goal field {key!r}")
+            setattr(goal, key, value)
+        if not self._generate.wait_for_server(timeout_sec=10.0):
+            raise ServiceCallError(f"action {self.namespace}/generate not available", 13)
+        cb = (lambda msg: feedback(msg.feedback)) if feedback else None
+        return self._generate.send_goal_async(goal, feedback_callback=cb)
+
+    def generate(self, prompt: str, *, timeout_s: float = 600.0,
+                 feedback: Callable[[Any], None] | None = None, **fields: Any) -> GenerateOutcome:
+        handle = self._wait(self.generate_async(prompt, feedback=feedback, **fields), 10.0)
+        if handle is None:
+            raise ServiceCallError("generate: no answer to the goal request", 13)
+        if not handle.accepted:
+            return GenerateOutcome(result=None, accepted=False, status=0)
+        wrapped = self._wait(handle.get_result_async(), timeout_s)
+        if wrapped is None:
+            handle.cancel_goal_async()
+            raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s", 13)
+        return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status)
+
+    # --- plumbing -------------------------------------------------------
+    def _wait(self, future: Future, timeout_s: float) -> Any:
+        """Wait for a future whether or not another thread spins our node."""
+        if self.node.executor is None:
+            rclpy.spin_until_future_complete(self.node, future, timeout_sec=timeout_s)
+        else:
+            done = threading.Event()
+            future.add_done_callback(lambda _f: done.set())
+            done.wait(timeout_s)
+        return future.result() if future.done() else None

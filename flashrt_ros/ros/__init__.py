@@ -1,0 +1,1 @@
+"""ROS 2 layer: lifecycle node, conversions, parameters. No tensor math here."""

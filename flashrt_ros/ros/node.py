@@ -1,0 +1,416 @@
+"""flashrt_node: a lifecycle node hosting one engine and its capsule services.
+
+Transitions (ros2/demos lifecycle_py style):
+- configure: build the engine (load weights, allocate the arena and capsule
+  tiers, warm up / capture graphs). FAILURE, with the reason logged, on a bad
+  model source, bad parameters or out of memory; the node stays unconfigured.
+- activate: start serving: services and the generate action answer, the policy
+  loop (engine_kind=policy) runs. State is kept across deactivate/activate;
+  weights are never reloaded on activate.
+- deactivate: stop the action and the control loop at the next boundary; the
+  engine state and capsules stay.
+- cleanup / shutdown: free the engine (weights, arena, capsules in memory).
+
+Services (always advertised; NOT_ACTIVE unless active), under ~/ (default
+/flashrt/...): snapshot restore fork rollback drop list save load verify, plus
+std_srvs/Trigger reset, pause, resume. Each is executed by the engine at a
+committed boundary (between two steps), then answered; a request that waits
+longer than ``boundary_timeout_s`` for a boundary answers TIMEOUT and changes
+nothing. No exception ever crosses a service: the response carries
+success/error_code/message, and the node keeps running.
+
+Executors and threads: a MultiThreadedExecutor with separate callback groups
+for the state services (reentrant: several clients at once), the generate
+action and the control/status timers. The engine's BoundaryGate serialises
+everything that touches state.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from std_srvs.srv import Trigger
+
+from flashrt_ros.action import Generate
+from flashrt_ros.msg import EngineStatus
+from flashrt_ros.ros import conversions as conv
+from flashrt_ros.ros.diagnostics import diagnostics_message
+from flashrt_ros.ros.parameters import PARAMS, NodeConfig, check_value, descriptor
+from flashrt_ros.runtime.errors import ErrorCode, FlashRTError, InvalidArgument, NotActive
+from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
+                             Verify)
+
+
+class FlashRTNode(LifecycleNode):
+    """Hosts an LLM or policy engine; see the module docstring for the contract."""
+
+    def __init__(self, node_name: str = "flashrt", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        for p in PARAMS:
+            self.declare_parameter(p.name, p.default, descriptor(p))
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self._engine: Any = None
+        self._active = False
+        self._lifecycle_name = "unconfigured"
+        self._config = self._read_config()
+        self._generation_lock = threading.Lock()     # one Generate goal at a time
+        self._policy_io: Any = None
+
+        self._state_group = ReentrantCallbackGroup()
+        self._action_group = ReentrantCallbackGroup()
+        self._timer_group = MutuallyExclusiveCallbackGroup()
+
+        self._create_state_services()
+        self._generate_server = ActionServer(
+            self, Generate, "~/generate", execute_callback=self._execute_generate,
+            goal_callback=self._accept_goal, cancel_callback=lambda _g: CancelResponse.ACCEPT,
+            callback_group=self._action_group)
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                             reliability=ReliabilityPolicy.RELIABLE)
+        self._status_pub = self.create_publisher(EngineStatus, "~/status", latched)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._status_timer = self.create_timer(self._config.status_period_s, self._publish_status,
+                                               callback_group=self._timer_group)
+        self.get_logger().info(f"flashrt node created (engine_kind={self._config.engine_kind}, "
+                               f"model={self._config.model}); waiting for configure")
+
+    # --- parameters -----------------------------------------------------
+    def _read_config(self) -> NodeConfig:
+        values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
+        return NodeConfig(**values)
+
+    def _validate_parameters(self, params: list) -> Any:
+        from rcl_interfaces.msg import SetParametersResult
+        by_name = {p.name: p for p in PARAMS}
+        for param in params:
+            definition = by_name.get(param.name)
+            if definition is None:
+                continue
+            reason = check_value(definition, param.value)
+            if reason:
+                return SetParametersResult(successful=False, reason=reason)
+        return SetParametersResult(successful=True)
+
+    # --- lifecycle ------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Build the engine. SUCCESS: weights loaded, arena allocated, warmed up."""
+        self._config = self._read_config()
+        reason = next((check_value(p, getattr(self._config, p.name)) for p in PARAMS
+                       if check_value(p, getattr(self._config, p.name))), None)
+        if reason:
+            self.get_logger().error(f"configure failed: {reason}")
+            return TransitionCallbackReturn.FAILURE
+        from flashrt_ros.engine.factory import build_engine
+        t0 = time.perf_counter()
+        try:
+            self._engine = build_engine(self._config, log=self.get_logger().info)
+        except MemoryError as exc:
+            self.get_logger().error(f"configure failed: out of memory: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        except Exception as exc:   # noqa: BLE001 - any failure is reported, never raised
+            self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
+            self._engine = None
+            return TransitionCallbackReturn.FAILURE
+        self._lifecycle_name = "inactive"
+        self.get_logger().info(f"configured in {time.perf_counter() - t0:.1f} s: "
+                               f"{self._engine.describe()}")
+        self._publish_status()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start serving. SUCCESS: services answer and the policy loop runs."""
+        if self._config.engine_kind == "policy":
+            from flashrt_ros.ros.policy_io import PolicyIO
+            self._policy_io = PolicyIO(self, self._engine, self._config, self._timer_group)
+        self._active = True
+        self._lifecycle_name = "active"
+        self.get_logger().info("active: serving capsule services")
+        self._publish_status()
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop the action and the control loop; engine state and capsules stay."""
+        self._active = False
+        if self._engine is not None:
+            self._engine.request_stop()
+        if self._policy_io is not None:
+            self._policy_io.destroy()
+            self._policy_io = None
+        self._lifecycle_name = "inactive"
+        self._publish_status()
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Free the engine (weights, arena, in-memory capsules; disk files stay)."""
+        self._release_engine()
+        self._lifecycle_name = "unconfigured"
+        self._publish_status()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._active = False
+        self._release_engine()
+        self._lifecycle_name = "finalized"
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.get_logger().error("lifecycle error: releasing the engine")
+        self._active = False
+        self._release_engine()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _release_engine(self) -> None:
+        if self._policy_io is not None:
+            self._policy_io.destroy()
+            self._policy_io = None
+        if self._engine is not None:
+            self._engine.request_stop()
+            self._engine.close()
+            self._engine = None
+
+    # --- services -------------------------------------------------------
+    def _create_state_services(self) -> None:
+        table: list[tuple[type, str, Callable[[Any, Any, Any], None]]] = [
+            (Snapshot, "snapshot", self._do_snapshot), (Restore, "restore", self._do_restore),
+            (Fork, "fork", self._do_fork), (Rollback, "rollback", self._do_rollback),
+            (Drop, "drop", self._do_drop), (ListCapsules, "list", self._do_list),
+            (Save, "save", self._do_save), (Load, "load", self._do_load),
+            (Verify, "verify", self._do_verify),
+            (Trigger, "reset", self._do_reset), (Trigger, "pause", self._do_pause),
+            (Trigger, "resume", self._do_resume),
+        ]
+        self._services = [
+            self.create_service(srv, f"~/{name}", self._serve(name, handler),
+                                callback_group=self._state_group)
+            for srv, name, handler in table]
+
+    def _serve(self, verb: str, handler: Callable[[Any, Any, Any], None]) -> Callable:
+        """Wrap a handler: lifecycle gate, boundary execution, errors as values."""
+        def callback(request: Any, response: Any) -> Any:
+            try:
+                engine = self._require_active()
+                timing: dict[str, float] = {}
+
+                def at_boundary() -> None:
+                    t0 = time.perf_counter()
+                    try:
+                        handler(engine, request, response)
+                    finally:
+                        timing["ms"] = (time.perf_counter() - t0) * 1e3
+
+                engine.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
+                if not response.message:
+                    conv.fill_ok(response)
+                else:
+                    response.success, response.error_code = True, int(ErrorCode.OK)
+                if hasattr(response, "engine_latency_ms"):
+                    response.engine_latency_ms = timing.get("ms", 0.0)
+            except Exception as exc:   # noqa: BLE001 - the boundary of the node
+                conv.fill_error(response, exc, self.get_logger())
+            if not response.success:
+                self.get_logger().warning(f"{verb}: {response.message}")
+            return response
+        return callback
+
+    def _require_active(self) -> Any:
+        if not self._active or self._engine is None:
+            raise NotActive(f"node is {self._lifecycle_name}, not active: configure and activate "
+                            "it first (ros2 lifecycle set /flashrt configure; ... activate)")
+        return self._engine
+
+    def _tier(self, tier: str) -> str:
+        tier = tier or self._config.default_tier
+        if tier not in ("device", "host", "disk"):
+            raise InvalidArgument(f"tier must be device, host or disk (got {tier!r})")
+        return tier
+
+    def _do_snapshot(self, engine: Any, req: Any, resp: Any) -> None:
+        capsule = engine.snapshot(req.name, session=req.session or None, tier=self._tier(req.tier),
+                                  pinned=req.pin, overwrite=req.overwrite)
+        resp.capsule = conv.capsule_info(capsule)
+        resp.message = f"snapshot {capsule.name} at position {capsule.position} ({capsule.tier})"
+
+    def _do_restore(self, engine: Any, req: Any, resp: Any) -> None:
+        capsule = engine.restore(req.name, verify=req.verify)
+        resp.capsule = conv.capsule_info(capsule)
+        resp.message = f"restored {capsule.name}: position {capsule.position}"
+
+    def _do_fork(self, engine: Any, req: Any, resp: Any) -> None:
+        capsule = engine.fork(req.source, req.name, tier=self._tier(req.tier))
+        resp.capsule = conv.capsule_info(capsule)
+        resp.message = f"forked {req.source} -> {capsule.name}"
+
+    def _do_rollback(self, engine: Any, req: Any, resp: Any) -> None:
+        if req.steps < 1:
+            raise InvalidArgument("steps must be >= 1")
+        engine.rollback(int(req.steps))
+        status = engine.status()
+        resp.position, resp.boundary_id = int(status["position"]), int(status["boundary_id"])
+        resp.message = f"rolled back {req.steps} boundaries to position {resp.position}"
+
+    def _do_drop(self, engine: Any, req: Any, resp: Any) -> None:
+        engine.drop(req.name)
+        resp.message = f"dropped {req.name}"
+
+    def _do_list(self, engine: Any, req: Any, resp: Any) -> None:
+        capsules = [c for c in engine.list() if not req.session or c.session == req.session]
+        resp.capsules = [conv.capsule_info(c) for c in capsules]
+        stats = engine.stats()
+        resp.device_bytes = int(stats.get("device_bytes", 0))
+        resp.host_bytes = int(stats.get("host_bytes", 0))
+        resp.disk_bytes = int(stats.get("disk_bytes", 0))
+        resp.message = f"{len(capsules)} capsules"
+
+    def _do_save(self, engine: Any, req: Any, resp: Any) -> None:
+        capsule, path = engine.save(req.name)
+        resp.capsule, resp.path = conv.capsule_info(capsule), str(path)
+        resp.message = f"saved {capsule.name} to {path}"
+
+    def _do_load(self, engine: Any, req: Any, resp: Any) -> None:
+        capsule = engine.load(req.name)
+        resp.capsule = conv.capsule_info(capsule)
+        resp.message = f"loaded {capsule.name} ({capsule.nbytes} bytes, hashes verified)"
+
+    def _do_verify(self, engine: Any, req: Any, resp: Any) -> None:
+        report = engine.verify(req.name, against_live=req.against_live)
+        resp.intact = bool(report.intact)
+        resp.matches_live = bool(report.matches_live) if req.against_live else False
+        resp.differing_buffers = list(report.differing_buffers)
+        resp.message = (f"{req.name}: {'intact' if resp.intact else 'CORRUPT'}"
+                        + (f", {'matches' if resp.matches_live else 'differs from'} live state"
+                           if req.against_live else ""))
+
+    def _do_reset(self, engine: Any, req: Any, resp: Any) -> None:
+        engine.reset()
+        resp.message = "engine state reset to empty (capsules kept)"
+
+    def _do_pause(self, engine: Any, req: Any, resp: Any) -> None:
+        if self._policy_io is None:
+            raise InvalidArgument("pause applies to engine_kind=policy")
+        self._policy_io.paused = True
+        resp.message = "policy paused at a boundary"
+
+    def _do_resume(self, engine: Any, req: Any, resp: Any) -> None:
+        if self._policy_io is None:
+            raise InvalidArgument("resume applies to engine_kind=policy")
+        self._policy_io.paused = False
+        resp.message = "policy resumed"
+
+    # --- generate action -------------------------------------------------
+    def _accept_goal(self, goal: Any) -> GoalResponse:
+        """Accept one goal at a time, only while active with an LLM engine."""
+        if not self._active or self._engine is None or self._config.engine_kind != "llm":
+            self.get_logger().warning("generate goal rejected: node not active with an llm engine")
+            return GoalResponse.REJECT
+        if self._generation_lock.locked():
+            self.get_logger().warning("generate goal rejected: a generation is already running")
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
+    def _execute_generate(self, goal_handle: Any) -> Any:
+        result = Generate.Result()
+        if not self._generation_lock.acquire(blocking=False):
+            goal_handle.abort()
+            conv.fill_error(result, FlashRTError("a generation is already running", ErrorCode.BUSY))
+            result.stop_reason = "error"
+            return result
+        try:
+            return self._run_generation(goal_handle, result)
+        finally:
+            self._generation_lock.release()
+
+    def _run_generation(self, goal_handle: Any, result: Any) -> Any:
+        goal = goal_handle.request
+        engine = self._engine
+        index = 0
+
+        def on_token(token_id: int, piece: str, position: int) -> None:
+            nonlocal index
+            feedback = Generate.Feedback(token_id=int(token_id), text_piece=piece, index=index,
+                                         position=int(position))
+            index += 1
+            goal_handle.publish_feedback(feedback)
+
+        try:
+            if engine is None or not self._active:
+                raise NotActive("node is not active")
+            outcome = engine.generate(
+                goal.prompt, max_new_tokens=int(goal.max_new_tokens or self._config.max_new_tokens),
+                temperature=float(goal.temperature), top_k=int(goal.top_k),
+                top_p=float(goal.top_p) if goal.top_p > 0 else 1.0, seed=int(goal.seed),
+                chat=bool(goal.use_chat_template), reset=bool(goal.reset), on_token=on_token,
+                should_stop=lambda: goal_handle.is_cancel_requested or not self._active)
+        except Exception as exc:  # noqa: BLE001
+            conv.fill_error(result, exc, self.get_logger())
+            result.stop_reason = "error"
+            goal_handle.abort()
+            return result
+        conv.fill_ok(result, f"{len(outcome.token_ids)} tokens, stop: {outcome.stop_reason}")
+        result.text = outcome.text
+        result.token_ids = [int(t) for t in outcome.token_ids]
+        result.stop_reason = outcome.stop_reason
+        result.position = int(outcome.position)
+        result.ttft_ms = float(outcome.ttft_ms)
+        result.tokens_per_second = float(outcome.tokens_per_second)
+        if outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        else:
+            goal_handle.succeed()
+        return result
+
+    # --- status ---------------------------------------------------------
+    def _publish_status(self) -> None:
+        try:
+            status = self._engine.status() if self._engine is not None else {}
+        except Exception as exc:  # noqa: BLE001 - status must never kill the timer
+            status = {}
+            self.get_logger().warning(f"status unavailable: {exc}")
+        status.setdefault("engine_kind", self._config.engine_kind)
+        stamp = self.get_clock().now().to_msg()
+        self._status_pub.publish(conv.engine_status(status, self._lifecycle_name, stamp))
+        self._diag_pub.publish(diagnostics_message(self.get_fully_qualified_name(), status,
+                                                   self._lifecycle_name, stamp))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: spin the node with a MultiThreadedExecutor."""
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = FlashRTNode()
+    executor = MultiThreadedExecutor(num_threads=6)
+    executor.add_node(node)
+    if node.get_parameter("autostart").value:
+        threading.Thread(target=_autostart, args=(node,), daemon=True).start()
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node._active = False
+        node._release_engine()
+        executor.shutdown()
+        node.destroy_node()
+        if rclpy.ok():
+            rclpy.try_shutdown()
+    return 0
+
+
+def _autostart(node: FlashRTNode) -> None:
+    """configure + activate, as a launch file's lifecycle events would."""
+    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+        node.get_logger().error("autostart: configure failed; staying unconfigured")
+        return
+    node.trigger_activate()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

