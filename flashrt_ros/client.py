@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import rclpy
 from rclpy.action import ActionClient
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
 
@@ -70,6 +71,9 @@ class FlashRTClient:
         self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}")
                          for verb, (srv, name) in SERVICES.items()}
         self._generate = ActionClient(node, Generate, f"{self.namespace}/generate")
+        # Spin the node ourselves only if no executor owns it when we first wait.
+        self._own_executor: Any = None
+        self._decided = False
 
     # --- services -------------------------------------------------------
     def request(self, verb: str, **fields: Any) -> Any:
@@ -139,8 +143,13 @@ class FlashRTClient:
     # --- plumbing -------------------------------------------------------
     def _wait(self, future: Future, timeout_s: float) -> Any:
         """Wait for a future whether or not another thread spins our node."""
-        if self.node.executor is None:
-            rclpy.spin_until_future_complete(self.node, future, timeout_sec=timeout_s)
+        if not self._decided:
+            self._decided = True
+            if self.node.executor is None:
+                self._own_executor = SingleThreadedExecutor()
+                self._own_executor.add_node(self.node)
+        if self._own_executor is not None:
+            self._own_executor.spin_until_future_complete(future, timeout_sec=timeout_s)
         else:
             done = threading.Event()
             future.add_done_callback(lambda _f: done.set())

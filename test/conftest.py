@@ -1,0 +1,18 @@
+"""Test-session set-up shared by every test module.
+
+Every test run gets its own ROS_DOMAIN_ID and localhost-only discovery, so a
+developer's running node (or a parallel CI job) can never answer our clients.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+os.environ.setdefault("ROS_DOMAIN_ID", str(10 + os.getpid() % 90))
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+os.environ.setdefault("RCUTILS_LOGGING_BUFFERED_STREAM", "0")

@@ -1,0 +1,66 @@
+"""A process serving every flashrt_ros service type (and the action) with echo handlers.
+
+Used by test_ros_interface_roundtrip.py to prove the generated typesupport
+works across processes over DDS on loopback, independent of any engine.
+"""
+from __future__ import annotations
+
+import sys
+
+import rclpy
+from rclpy.action import ActionServer
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+
+from flashrt_ros.action import Generate
+from flashrt_ros.msg import CapsuleInfo
+from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
+                             Verify)
+
+SERVICES = {"snapshot": Snapshot, "restore": Restore, "fork": Fork, "rollback": Rollback,
+            "drop": Drop, "list": ListCapsules, "save": Save, "load": Load, "verify": Verify}
+
+
+def echo(request, response):
+    """Echo the request's first string field back as the message and a capsule name."""
+    text = next((getattr(request, f) for f in request.get_fields_and_field_types()
+                 if isinstance(getattr(request, f), str)), "")
+    response.success = True
+    response.message = f"echo:{text}"
+    if hasattr(response, "capsule"):
+        response.capsule = CapsuleInfo(name=text, bytes=123, tier="host")
+    if hasattr(response, "capsules"):
+        response.capsules = [CapsuleInfo(name="a"), CapsuleInfo(name="b")]
+    if hasattr(response, "position"):
+        response.position = int(getattr(request, "steps", 0)) * 10
+    return response
+
+
+def generate(goal_handle):
+    for i, ch in enumerate(goal_handle.request.prompt):
+        goal_handle.publish_feedback(Generate.Feedback(token_id=ord(ch), text_piece=ch, index=i))
+    goal_handle.succeed()
+    return Generate.Result(success=True, text=goal_handle.request.prompt[::-1],
+                           token_ids=[ord(c) for c in goal_handle.request.prompt])
+
+
+def main() -> None:
+    rclpy.init()
+    node = rclpy.create_node("flashrt_echo")
+    for name, srv in SERVICES.items():
+        node.create_service(srv, f"/echo/{name}", echo)
+    ActionServer(node, Generate, "/echo/generate", execute_callback=generate)
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    print("echo server ready", flush=True)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

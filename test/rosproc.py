@@ -1,0 +1,50 @@
+"""Helpers for tests that run ROS processes in subprocesses."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def ros_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def start_python(args: Sequence[str], log_path: Path, **env: str) -> subprocess.Popen:
+    """Start ``python args...`` with the repo importable, output to log_path."""
+    log = open(log_path, "wb")
+    return subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
+                            env=ros_env(**env), cwd=str(REPO), start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 15.0) -> int:
+    """SIGINT, then wait; SIGKILL if it does not exit in time. Returns the exit code."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode
+
+
+def wait_for_text(path: Path, text: str, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return True
+        if proc is not None and proc.poll() is not None:
+            return False
+        time.sleep(0.1)
+    return False

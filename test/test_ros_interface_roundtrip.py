@@ -1,0 +1,56 @@
+"""Every service type and the action round-trip through rclpy between two processes."""
+from __future__ import annotations
+
+import pytest
+import rclpy
+
+from rosproc import start_python, stop, wait_for_text
+
+
+@pytest.fixture(scope="module")
+def echo_client(tmp_path_factory):
+    from flashrt_ros.client import FlashRTClient
+
+    log = tmp_path_factory.mktemp("echo") / "server.log"
+    proc = start_python(["test/interface_echo_server.py"], log)
+    assert wait_for_text(log, "echo server ready", 30, proc), log.read_text()
+    rclpy.init()
+    node = rclpy.create_node("roundtrip_client")
+    try:
+        yield FlashRTClient(node, "/echo")
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+        assert stop(proc) == 0, log.read_text()
+
+
+@pytest.mark.parametrize("verb,fields", [
+    ("snapshot", {"name": "home", "tier": "host", "pin": True}),
+    ("restore", {"name": "home", "verify": True}),
+    ("fork", {"source": "home", "name": "branch"}),
+    ("rollback", {"steps": 3}),
+    ("drop", {"name": "home"}),
+    ("list", {"session": "s1"}),
+    ("save", {"name": "home"}),
+    ("load", {"name": "home"}),
+    ("verify", {"name": "home", "against_live": True}),
+])
+def test_service_type_round_trips_between_processes(echo_client, verb, fields):
+    response = echo_client.call(verb, timeout_s=10, wait_s=20, **fields)
+    first_string = next((v for v in fields.values() if isinstance(v, str)), "")
+    assert response.success and response.message == f"echo:{first_string}"
+    if hasattr(response, "capsule"):
+        assert response.capsule.name == first_string and response.capsule.bytes == 123
+    if verb == "list":
+        assert [c.name for c in response.capsules] == ["a", "b"]
+    if verb == "rollback":
+        assert response.position == 30
+
+
+def test_generate_action_round_trips_with_feedback(echo_client):
+    pieces = []
+    outcome = echo_client.generate("abc", feedback=lambda fb: pieces.append(fb.text_piece),
+                                   timeout_s=20)
+    assert outcome.accepted and outcome.result.success
+    assert outcome.result.text == "cba" and list(outcome.result.token_ids) == [97, 98, 99]
+    assert pieces == ["a", "b", "c"]
