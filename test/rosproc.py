@@ -48,3 +48,26 @@ def wait_for_text(path: Path, text: str, timeout: float, proc: subprocess.Popen 
             return False
         time.sleep(0.1)
     return False
+
+
+class NodeUnderTest:
+    """A flashrt node in a subprocess plus a spinning client node in this process."""
+
+    def __init__(self, tmp_path: Path, name: str, params: dict[str, str], autostart: bool = True,
+                 params_file: str = "test/params_tiny_llm.yaml") -> None:
+        self.namespace = f"/{name}"
+        self.log = tmp_path / f"{name}.log"
+        args = ["-m", "flashrt_ros.ros.node", "--ros-args", "--params-file", params_file,
+                "-r", f"__ns:={self.namespace}", "-p", f"autostart:={str(autostart).lower()}",
+                "-p", f"capsule_directory:={tmp_path / (name + '_capsules')}"]
+        for key, value in params.items():
+            args += ["-p", f"{key}:={value}"]
+        self.proc = start_python(args, self.log)
+        self.capsule_dir = tmp_path / f"{name}_capsules"
+
+    def wait_active(self, timeout: float = 120.0) -> None:
+        if not wait_for_text(self.log, "active: serving capsule services", timeout, self.proc):
+            raise AssertionError(f"node did not become active:\n{self.log.read_text()}")
+
+    def stop(self) -> int:
+        return stop(self.proc)

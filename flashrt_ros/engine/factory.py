@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from flashrt_ros.runtime.arena import POSITION
 from flashrt_ros.runtime.errors import InvalidArgument
 
 MiB = 1 << 20
@@ -189,19 +190,24 @@ class EngineHost:
         self._stop_requested = False
         if reset:
             self.engine.reset()
-        sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        position = [int(self.engine.status()["position"])]
+        sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
+                                  seed=seed if seed else None)
+        position_buffer = self.engine.arena[POSITION]
 
         def report(token: int, piece: str) -> None:
-            position[0] += 1
-            on_token(token, piece, position[0])
+            # Called after the step's body, before its commit: the token is pending,
+            # so the transcript holds position + 1 tokens.
+            on_token(token, piece, int(position_buffer.item()) + 1)
 
         result = self.engine.generate(
-            prompt, max_new_tokens=max_new_tokens, sampling=sampling, chat=chat, on_token=report,
+            prompt, max_new_tokens=max_new_tokens, sampling=sampling, chat=chat and bool(prompt),
+            on_token=report,
             should_stop=lambda: self._stop_requested or should_stop())
         t = result.timings
+        status = self.engine.status()
+        transcript_length = int(status["position"]) + int(status["has_pending"])
         return GenerateOutcome(text=result.text, token_ids=list(result.token_ids),
-                               stop_reason=result.stop_reason, position=result.position,
+                               stop_reason=result.stop_reason, position=transcript_length,
                                ttft_ms=1e3 * t.get("ttft_s", 0.0),
                                tokens_per_second=t.get("decode_tokens_per_s", 0.0))
 
