@@ -189,7 +189,7 @@ class FlashRTNode(LifecycleNode):
             (Trigger, "reset", self._do_reset), (Trigger, "pause", self._do_pause),
             (Trigger, "resume", self._do_resume),
         ]
-        self._services = [
+        self._state_services = [
             self.create_service(srv, f"~/{name}", self._serve(name, handler),
                                 callback_group=self._state_group)
             for srv, name, handler in table]

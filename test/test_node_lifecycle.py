@@ -1,0 +1,77 @@
+"""Lifecycle transitions of the node, driven through the standard lifecycle services."""
+from __future__ import annotations
+
+import pytest
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState, GetState
+
+from flashrt_ros.runtime.errors import ErrorCode
+from node_fixtures import ros_node  # noqa: F401 - fixture
+from rosproc import NodeUnderTest
+
+
+class Lifecycle:
+    def __init__(self, node, fqn):
+        self._change = node.create_client(ChangeState, f"{fqn}/change_state")
+        self._get = node.create_client(GetState, f"{fqn}/get_state")
+        assert self._change.wait_for_service(60) and self._get.wait_for_service(10)
+
+    def _call(self, client, request, timeout=120):
+        import threading
+        done = threading.Event()
+        future = client.call_async(request)
+        future.add_done_callback(lambda _f: done.set())
+        assert done.wait(timeout)
+        return future.result()
+
+    def transition(self, transition_id) -> bool:
+        return self._call(self._change, ChangeState.Request(
+            transition=Transition(id=transition_id))).success
+
+    def state(self) -> str:
+        return self._call(self._get, GetState.Request()).current_state.label
+
+
+def test_services_follow_the_lifecycle_and_state_survives_reactivation(tmp_path, ros_node):  # noqa: F811
+    from flashrt_ros.client import FlashRTClient
+    n = NodeUnderTest(tmp_path, "lc", {}, autostart=False)
+    try:
+        fqn = f"{n.namespace}/flashrt"
+        lc = Lifecycle(ros_node, fqn)
+        client = FlashRTClient(ros_node, fqn)
+        assert lc.state() == "unconfigured"
+        r = client.call("snapshot", name="early", check=False, wait_s=30)
+        assert not r.success and r.error_code == int(ErrorCode.NOT_ACTIVE)
+        assert lc.transition(Transition.TRANSITION_CONFIGURE) and lc.state() == "inactive"
+        assert client.call("snapshot", name="x", check=False).error_code == int(ErrorCode.NOT_ACTIVE)
+        assert lc.transition(Transition.TRANSITION_ACTIVATE) and lc.state() == "active"
+        outcome = client.generate("state to keep", max_new_tokens=5, use_chat_template=False)
+        assert outcome.accepted and outcome.result.success
+        before = client.call("snapshot", name="kept").capsule
+        assert lc.transition(Transition.TRANSITION_DEACTIVATE) and lc.state() == "inactive"
+        assert not client.generate("x", max_new_tokens=1).accepted
+        assert lc.transition(Transition.TRANSITION_ACTIVATE)
+        verified = client.call("verify", name="kept", against_live=True)
+        assert verified.matches_live, "deactivate/activate must keep the engine state"
+        assert client.call("snapshot", name="again").capsule.position == before.position
+        assert lc.transition(Transition.TRANSITION_DEACTIVATE)
+        assert lc.transition(Transition.TRANSITION_CLEANUP) and lc.state() == "unconfigured"
+        assert client.call("list", check=False).error_code == int(ErrorCode.NOT_ACTIVE)
+    finally:
+        assert n.stop() == 0, n.log.read_text()
+
+
+@pytest.mark.parametrize("params,reason", [
+    ({"model": "/nonexistent/model.gguf"}, "configure failed"),
+    ({"engine_kind": "policy", "policy": "no.such.module:factory"}, "configure failed"),
+])
+def test_configure_failure_is_reported_and_the_node_keeps_running(tmp_path, ros_node, params, reason):  # noqa: F811
+    n = NodeUnderTest(tmp_path, "bad", params, autostart=False)
+    try:
+        lc = Lifecycle(ros_node, f"{n.namespace}/flashrt")
+        assert not lc.transition(Transition.TRANSITION_CONFIGURE)
+        assert lc.state() == "unconfigured"
+        assert reason in n.log.read_text()
+        assert n.proc.poll() is None
+    finally:
+        assert n.stop() == 0, n.log.read_text()
