@@ -111,3 +111,8 @@ def test_library_runtime_models_and_engine_never_import_ros():
     leaked = {str(p.relative_to(REPO)): sorted(_imported_top_levels([p]) & ROS_PACKAGES)
               for p in ros_free if _imported_top_levels([p]) & ROS_PACKAGES}
     assert not leaked
+
+
+def test_docs_parameters_table_is_current():
+    from flashrt_ros.ros.parameters import markdown_table
+    assert markdown_table() in (REPO / "docs" / "parameters.md").read_text()
