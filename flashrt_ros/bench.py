@@ -1,0 +1,213 @@
+"""``flashrt-bench``: LLM time-to-first-token, decode and capsule latencies, ours vs transformers.
+
+One process, one table: for each model (the hybrid 0.81B benchmark shape, and
+SmolLM2-135M) and each context length it measures (a) cold prefill -> first
+token, (b) capsule restore -> first token, (c) transformers' cold prefill and
+``copy.deepcopy(past_key_values)`` snapshot / restore, (d) batch-1 decode vs
+the weight-read floor and (e) snapshot / restore vs the copy floor of the live
+bytes, checks that the tokens after a restore equal the uninterrupted run, and
+writes ``llm.md`` (+ ``llm.json``, ``llm_ttft.png`` when matplotlib exists)
+into ``--out``. See docs/benchmarks/README.md for the columns.
+
+    flashrt-bench                                   # H200 defaults, < 8 minutes
+    python -m flashrt_ros.bench --quick --device cpu --out /tmp/bench   # CPU smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from flashrt_ros.benchmarks.budget import TimeBudget
+from flashrt_ros.benchmarks.measure import RunSettings, measure_hf, measure_ours
+from flashrt_ros.benchmarks.models import (MODELS, ModelPair, build_hybrid, build_smollm2, parameter_count,
+                                           weight_read_bytes)
+from flashrt_ros.benchmarks.report import plot, render
+from flashrt_ros.benchmarks.timing import copy_bandwidth
+from flashrt_ros.models.base import FingerprintInputs
+
+DEFAULT_CONTEXTS = (2048, 4096, 8192, 16384)
+QUICK_CONTEXTS = (32, 64)
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def log(msg: str) -> None:
+    print(f"[flashrt-bench] {msg}", flush=True)
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_info(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    from flashrt_ros.ops import fla_available
+
+    info: dict[str, Any] = {"device": str(device)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info["gpu"] = f"{props.name} ({props.total_memory / 2**30:.0f} GiB)"
+        info["cuda"] = torch.version.cuda
+    else:
+        info["cpu"] = platform.processor() or platform.machine()
+        info["threads"] = torch.get_num_threads()
+    info.update({"dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
+                 "transformers": _version("transformers"), "fla": _version("flash-linear-attention"),
+                 "causal-conv1d": _version("causal-conv1d"), "python": platform.python_version()})
+    info["our gated-delta kernels"] = "fla" if device.type == "cuda" and fla_available() else "torch reference"
+    info["HF gated-delta kernels"] = ("fla (picked up automatically)" if fla_available()
+                                      else "torch reference (fla not importable)")
+    return info
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="flashrt-bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                   help="default: bfloat16 on CUDA, float32 on CPU")
+    p.add_argument("--contexts", type=int, nargs="+", default=None,
+                   help=f"prompt lengths (default {' '.join(map(str, DEFAULT_CONTEXTS))}; "
+                        f"--quick: {' '.join(map(str, QUICK_CONTEXTS))})")
+    p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    p.add_argument("--reps", type=int, default=None, help="TTFT repetitions, median (default 5; --quick 2)")
+    p.add_argument("--capsule-reps", type=int, default=None,
+                   help="snapshot/restore repetitions, median (default 50; --quick 10)")
+    p.add_argument("--prefill-chunk", type=int, default=None, help="our prefill chunk (default 2048; --quick 16)")
+    p.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    p.add_argument("--quick", action="store_true", help="tiny configs and short contexts (CPU smoke test)")
+    p.add_argument("--smollm2-random", action="store_true",
+                   help="random weights of SmolLM2's shape (with a transformers twin) instead of the real GGUF")
+    p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="run our decode eagerly")
+    p.add_argument("--time-budget-s", type=float, default=450.0,
+                   help="skip measurements that would end the run past this (default 450 s)")
+    p.add_argument("--bandwidth-mib", type=int, default=None, help="copy size of the bandwidth probe "
+                   "(default 1024 on CUDA, 64 on CPU)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    args.device = torch.device(args.device)
+    if args.dtype is None:
+        args.dtype = "bfloat16" if args.device.type == "cuda" else "float32"
+    args.contexts = args.contexts or list(QUICK_CONTEXTS if args.quick else DEFAULT_CONTEXTS)
+    args.reps = args.reps or (2 if args.quick else 5)
+    args.capsule_reps = args.capsule_reps or (10 if args.quick else 50)
+    args.prefill_chunk = args.prefill_chunk or (16 if args.quick else 2048)
+    args.bandwidth_mib = args.bandwidth_mib or (1024 if args.device.type == "cuda" else 64)
+    if min(args.contexts) < 1 or args.reps < 1 or args.capsule_reps < 1:
+        p.error("contexts and repetitions must be >= 1")
+    return args
+
+
+def _build(name: str, args: argparse.Namespace, dtype: torch.dtype) -> ModelPair:
+    if name == "hybrid":
+        return build_hybrid(args.device, dtype, args.seed, args.quick)
+    return build_smollm2(args.device, dtype, args.seed, args.quick, args.smollm2_random)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every measurement; returns the JSON-able result (also written under ``args.out``)."""
+    budget = TimeBudget(args.time_budget_s)
+    dtype = DTYPES[args.dtype]
+    machine = machine_info(args.device, dtype)
+    for k, v in machine.items():
+        log(f"{k}: {v}")
+    bandwidth = copy_bandwidth(args.bandwidth_mib << 20, args.device)
+    machine["copy bandwidth (read+write)"] = f"{bandwidth / 1e9:.1f} GB/s ({args.bandwidth_mib} MiB copy)"
+    log(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s")
+    graphs = args.device.type == "cuda" and not args.no_cuda_graphs
+    machine["our decode"] = "CUDA-graph replay" if graphs else "eager"
+    machine["our prefill"] = f"eager, chunks of {args.prefill_chunk} tokens"
+    settings = RunSettings(args.device, args.reps, args.capsule_reps, args.prefill_chunk, graphs, args.seed)
+    models, rows = [], []
+    notes = list(budget.notes)
+    for name in args.models:
+        log(f"building {name} ...")
+        pair = _build(name, args, dtype)
+        hf_reason = "skipped (--no-hf)" if args.no_hf else pair.hf_reason
+        hf = None if args.no_hf else pair.hf
+        notes += [f"{pair.name}: {n}" for n in pair.notes]
+        weight_bytes = weight_read_bytes(pair.ours)
+        models.append({"name": pair.name, "params": parameter_count(pair.ours), "weights": pair.weights,
+                       "weight_bytes": weight_bytes,
+                       "hf": f"{type(pair.hf).__name__}, same weights" if hf is not None else hf_reason})
+        floor_ms = weight_bytes / bandwidth * 1e3
+        fp = FingerprintInputs.from_model(pair.ours)
+        for context in args.contexts:
+            row: dict[str, Any] = {"model": pair.name, "context": context, "decode_floor_ms": floor_ms}
+            label = f"{pair.name} @ {context}"
+            if budget.allows("ours:" + name, context, f"ours {label}"):
+                log(f"{label}: ours ...")
+                t0 = budget.elapsed()
+                try:
+                    row.update(measure_ours(pair.ours, context, settings, fp))
+                except torch.cuda.OutOfMemoryError as exc:
+                    notes.append(f"ours {label}: out of memory ({exc})")
+                # one-off compilation in the warm-up must not inflate the estimate for longer contexts
+                budget.record("ours:" + name, context, budget.elapsed() - t0 - row.get("warmup_s", 0.0))
+                _progress(row, ("cold_ttft_ms", "restore_ttft_ms", "decode_ms", "snapshot_ms", "restore_ms",
+                                "continuation_match"))
+            if hf is not None and budget.allows("hf:" + name, context, f"HF {label}"):
+                log(f"{label}: transformers ...")
+                t0 = budget.elapsed()
+                try:
+                    row.update(measure_hf(hf, pair.ours.vocab_size, context, settings))
+                except torch.cuda.OutOfMemoryError as exc:
+                    notes.append(f"HF {label}: out of memory ({exc})")
+                budget.record("hf:" + name, context, budget.elapsed() - t0 - row.get("hf_warmup_s", 0.0))
+                _progress(row, ("hf_cold_ttft_ms", "hf_snapshot_ms", "hf_restore_ttft_ms", "hf_continuation_match"))
+            rows.append(row)
+        del pair, hf
+        if args.device.type == "cuda":
+            torch.cuda.empty_cache()
+    notes += budget.notes
+    notes.append(f"total run time {budget.elapsed():.0f} s (budget {budget.total_s:.0f} s)")
+    return {"command": " ".join(["flashrt-bench", *sys.argv[1:]]), "machine": machine, "models": models,
+            "rows": rows, "notes": notes}
+
+
+def _progress(row: dict[str, Any], keys: Sequence[str]) -> None:
+    parts = [f"{k}={row[k]:.3f}" if isinstance(row.get(k), float) else f"{k}={row.get(k)}" for k in keys]
+    log("  " + " ".join(parts))
+
+
+def write(result: dict[str, Any], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    notes = list(result["notes"])
+    why_not = plot(result["rows"], out / "llm_ttft.png")
+    if why_not:
+        notes.append(why_not)
+    else:
+        result["plot"] = "llm_ttft.png"
+    markdown = render(result["machine"], result["models"], result["rows"], notes)
+    markdown = markdown.replace("## Machine", f"Command: `{result['command']}`\n\n## Machine", 1)
+    if "plot" in result:
+        markdown += "\n![time to first token](llm_ttft.png)\n"
+    path = out / "llm.md"
+    path.write_text(markdown)
+    (out / "llm.json").write_text(json.dumps({**result, "notes": notes}, indent=1, default=str))
+    print(markdown, flush=True)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run(args)
+    path = write(result, args.out)
+    log(f"wrote {path}")
+    failed = [r for r in result["rows"] if r.get("continuation_match") is False]
+    if failed:
+        log(f"CORRECTNESS FAILURE: restore diverged from the uninterrupted run in {len(failed)} row(s)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

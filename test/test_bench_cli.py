@@ -1,0 +1,52 @@
+"""CPU smoke tests of ``flashrt-bench --quick``: it runs end to end, checks itself, degrades gracefully."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from flashrt_ros import bench
+
+TINY = ["--quick", "--device", "cpu", "--contexts", "24", "--reps", "1", "--capsule-reps", "3",
+        "--bandwidth-mib", "4"]
+
+
+def _result(out: Path) -> dict:
+    return json.loads((out / "llm.json").read_text())
+
+
+def test_quick_run_writes_tables_and_restore_matches_uninterrupted_run(tmp_path: Path) -> None:
+    assert bench.main(TINY + ["--out", str(tmp_path)]) == 0
+    result = _result(tmp_path)
+    rows = {r["model"]: r for r in result["rows"]}
+    assert set(rows) == {"hybrid-tiny", "llama-tiny"}
+    for row in rows.values():
+        assert row["continuation_match"] is True and row["first_token_match"] is True
+        assert row["hf_continuation_match"] is True
+        assert row["hf_first_token"] == row["first_token"]       # same weights, float32: same greedy token
+        for key in ("cold_ttft_ms", "restore_ttft_ms", "decode_ms", "snapshot_ms", "restore_ms",
+                    "copy_floor_ms", "hf_cold_ttft_ms", "hf_snapshot_ms", "decode_floor_ms"):
+            assert row[key] > 0, key
+        assert row["capsule_bytes"] > 0
+    text = (tmp_path / "llm.md").read_text()
+    for heading in ("## Machine", "## Time to first token", "## Decode at batch 1", "## Capsules"):
+        assert heading in text
+    assert "| hybrid-tiny | 24 |" in text and "torch: " in text
+
+
+def test_hf_columns_are_na_with_reason_when_transformers_is_missing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)        # makes ``import transformers`` fail
+    assert bench.main(TINY + ["--models", "hybrid", "--out", str(tmp_path)]) == 0
+    result = _result(tmp_path)
+    (row,) = result["rows"]
+    assert row["continuation_match"] is True and "hf_cold_ttft_ms" not in row
+    assert "Qwen3NextForCausalLM unavailable" in result["models"][0]["hf"]
+    assert "| n/a |" in (tmp_path / "llm.md").read_text()
+
+
+def test_time_budget_skips_measurements_with_a_note(tmp_path: Path) -> None:
+    assert bench.main(TINY + ["--models", "smollm2", "--time-budget-s", "0", "--out", str(tmp_path)]) == 0
+    result = _result(tmp_path)
+    assert "cold_ttft_ms" not in result["rows"][0]
+    assert any(n.startswith("skipped ours llama-tiny @ 24") for n in result["notes"])
+    assert "n/a" in (tmp_path / "llm.md").read_text()
