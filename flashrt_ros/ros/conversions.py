@@ -41,20 +41,24 @@ def fill_error(response: Any, exc: BaseException, logger: Any | None = None) -> 
     its traceback goes to the node log (not to the client).
     """
     response.success = False
+    code = exc.code if isinstance(exc, FlashRTError) else ErrorCode.INTERNAL
     if isinstance(exc, FlashRTError):
-        response.error_code = int(exc.code)
         response.message = str(exc)
     else:
-        response.error_code = int(ErrorCode.INTERNAL)
         response.message = f"internal error: {type(exc).__name__}: {exc}"
         text = "".join(traceback.format_exception(exc))
         (logger.error if logger else log.error)(f"unexpected failure\n{text}")
+    if hasattr(response, "error_code"):          # std_srvs/Trigger has none
+        response.error_code = int(code)
+    else:
+        response.message = f"[{code.name}] {response.message}"
     return response
 
 
 def fill_ok(response: Any, message: str = "ok") -> Any:
     response.success = True
-    response.error_code = int(ErrorCode.OK)
+    if hasattr(response, "error_code"):
+        response.error_code = int(ErrorCode.OK)
     response.message = message
     return response
 

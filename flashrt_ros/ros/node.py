@@ -209,10 +209,7 @@ class FlashRTNode(LifecycleNode):
                         timing["ms"] = (time.perf_counter() - t0) * 1e3
 
                 engine.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
-                if not response.message:
-                    conv.fill_ok(response)
-                else:
-                    response.success, response.error_code = True, int(ErrorCode.OK)
+                conv.fill_ok(response, response.message or "ok")
                 if hasattr(response, "engine_latency_ms"):
                     response.engine_latency_ms = timing.get("ms", 0.0)
             except Exception as exc:   # noqa: BLE001 - the boundary of the node

@@ -1,0 +1,216 @@
+"""Hosts one robot policy: a control step per call, capsules between steps.
+
+Why: a robot controller must be interruptible (teleoperation takes over, a
+recovery behaviour runs, a planner tries an alternative) and then resume as if
+nothing happened. The engine keeps the policy's entire state in one
+``StateArena`` so a capsule is a byte copy; every ``step`` is one committed
+boundary recorded in the rollback ring; capsule verbs go through the
+``BoundaryGate`` so a request from another thread (a ROS service) applies only
+between two steps, never inside one.
+
+On CUDA the step can be captured once as a CUDA graph (``cuda_graph=True``):
+restore copies bytes into the same addresses, so the graph stays valid.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import deque
+from typing import Any, Callable, Sequence
+
+import torch
+
+import flashrt_ros
+from flashrt_ros.models.policies import STATE_PREFIX, PolicyModule
+from flashrt_ros.runtime.arena import BOUNDARY, POSITION, StateArena, core_meta_specs
+from flashrt_ros.runtime.boundary import BoundaryGate
+from flashrt_ros.runtime.errors import InvalidArgument
+from flashrt_ros.runtime.fingerprint import compute_fingerprint
+from flashrt_ros.runtime.store import CapsuleStore
+
+MiB = 1 << 20
+
+
+class PolicyEngine:
+    """One policy, one arena, one capsule store; ``step(obs) -> action``."""
+
+    def __init__(
+        self,
+        policy: PolicyModule,
+        *,
+        device: torch.device | str = "cpu",
+        device_budget_bytes: int = 64 * MiB,
+        host_budget_bytes: int = 256 * MiB,
+        disk_budget_bytes: int = 1024 * MiB,
+        directory: str | None = None,
+        rollback_depth: int = 8,
+        default_tier: str = "device",
+        cuda_graph: bool = False,
+        gate_timeout_s: float = 1.0,
+        latency_window: int = 10_000,
+    ) -> None:
+        specs = policy.state_specs()
+        bad = [s.name for s in specs if not s.name.startswith(STATE_PREFIX)]
+        if bad:
+            raise InvalidArgument(f"policy state buffers must be prefixed {STATE_PREFIX!r}: {bad}")
+        self.device = torch.device(device)
+        self.policy = policy.to(self.device).eval()
+        self.arena = StateArena(specs + core_meta_specs(), self.device)
+        self.fingerprint = compute_fingerprint(
+            {"engine": "policy", "class": type(policy).__qualname__, **policy.config()},
+            self._named_weights(), self.arena, flashrt_ros.__version__)
+        self._tmpdir = None
+        if directory is None:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="flashrt_policy_")
+            directory = self._tmpdir.name
+        self.store = CapsuleStore(
+            self.arena, self.fingerprint, device_budget_bytes=device_budget_bytes,
+            host_budget_bytes=host_budget_bytes, disk_budget_bytes=disk_budget_bytes,
+            directory=directory, rollback_depth=rollback_depth, default_tier=default_tier)
+        self.gate = BoundaryGate()
+        self.gate_timeout_s = gate_timeout_s
+        self._obs = torch.zeros(policy.obs_dim, dtype=torch.float32, device=self.device)
+        self._action = torch.zeros(policy.act_dim, dtype=torch.float32, device=self.device)
+        self._latencies_ns: deque[int] = deque(maxlen=latency_window)
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._reset_state()
+        if cuda_graph:
+            self._capture()
+
+    # --- control --------------------------------------------------------------
+    def step(self, obs: torch.Tensor | Sequence[float]) -> torch.Tensor:
+        """Run one control step and commit it as a boundary; returns a fresh action tensor."""
+        obs = torch.as_tensor(obs, dtype=torch.float32)
+        if obs.shape != (self.policy.obs_dim,):
+            raise InvalidArgument(f"obs must have shape ({self.policy.obs_dim},), got {tuple(obs.shape)}")
+        t0 = time.perf_counter_ns()
+        with self.gate.step():
+            self._obs.copy_(obs)
+            if self._graph is not None:
+                self._graph.replay()
+            else:
+                self._step_body()
+            self.store.ring.record()
+            action = self._action.clone()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self._latencies_ns.append(time.perf_counter_ns() - t0)
+        return action
+
+    def reset(self) -> None:
+        """Cold start between steps: zero every buffer, re-seed, forget the rollback history."""
+        self._at_boundary(self._reset_state)
+
+    @property
+    def position(self) -> int:
+        """Steps committed since the last reset (host read: call between steps)."""
+        return int(self.arena[POSITION].item())
+
+    # --- capsule verbs (applied between steps through the gate) ------------------
+    def snapshot(self, name: str, **kwargs: Any):
+        return self._at_boundary(lambda: self.store.snapshot(name, **kwargs))
+
+    def restore(self, name: str, **kwargs: Any):
+        return self._at_boundary(lambda: self.store.restore(name, **kwargs))
+
+    def fork(self, source: str, new_name: str, **kwargs: Any):
+        return self._at_boundary(lambda: self.store.fork(source, new_name, **kwargs))
+
+    def rollback(self, steps: int):
+        return self._at_boundary(lambda: self.store.rollback(steps))
+
+    def drop(self, name: str, **kwargs: Any) -> None:
+        return self._at_boundary(lambda: self.store.drop(name, **kwargs))
+
+    def list(self, **kwargs: Any):
+        return self.store.list(**kwargs)
+
+    def save(self, name: str):
+        return self._at_boundary(lambda: self.store.save(name))
+
+    def load(self, name: str, **kwargs: Any):
+        return self._at_boundary(lambda: self.store.load(name, **kwargs))
+
+    def verify(self, name: str, *, against_live: bool = False):
+        return self._at_boundary(lambda: self.store.verify(name, against_live=against_live))
+
+    def pin(self, name: str):
+        return self.store.pin(name)
+
+    def unpin(self, name: str):
+        return self.store.unpin(name)
+
+    def move(self, name: str, tier: str):
+        return self._at_boundary(lambda: self.store.move(name, tier))
+
+    # --- introspection ------------------------------------------------------------
+    def latency(self) -> dict[str, float]:
+        """Step latency percentiles in milliseconds over the recent window."""
+        if not self._latencies_ns:
+            return {"count": 0, "p50_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan")}
+        xs = sorted(self._latencies_ns)
+        return {"count": len(xs), "p50_ms": _pct(xs, 50) / 1e6, "p99_ms": _pct(xs, 99) / 1e6,
+                "max_ms": xs[-1] / 1e6}
+
+    def status(self) -> dict[str, Any]:
+        """A flat summary for diagnostics (host reads: call between steps)."""
+        return {
+            "policy": type(self.policy).__name__,
+            "device": str(self.device),
+            "cuda_graph": self._graph is not None,
+            "position": int(self.arena[POSITION].item()),
+            "boundary": int(self.arena[BOUNDARY].item()),
+            "state_bytes": self.arena.nbytes,
+            "fingerprint": self.fingerprint,
+            "latency": self.latency(),
+            "store": self.store.stats(),
+        }
+
+    def close(self) -> None:
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+
+    # --- internals -------------------------------------------------------------
+    def _step_body(self) -> None:
+        """Everything a step does on the device: the part captured as a graph."""
+        with torch.no_grad():
+            self._action.copy_(self.policy.step(self._obs, self.arena))
+            self.arena[POSITION].add_(1)
+            self.arena[BOUNDARY].add_(1)
+
+    def _reset_state(self) -> None:
+        self.arena.zero_()
+        self.policy.init_state(self.arena)
+        self.store.ring.invalidate()      # the old timeline is gone ...
+        self.store.ring.record()          # ... and the cold state is the first entry of the new one
+
+    def _at_boundary(self, fn: Callable[[], Any]) -> Any:
+        return self.gate.run_at_boundary(fn, timeout=self.gate_timeout_s)
+
+    def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        return [*self.policy.named_parameters(), *self.policy.named_buffers()]
+
+    def _capture(self) -> None:
+        """Capture ``_step_body`` as one CUDA graph, leaving the arena as it was."""
+        if self.device.type != "cuda":
+            raise InvalidArgument("cuda_graph=True needs a CUDA device")
+        saved = self.arena.block.clone()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(3):          # warm up kernels and allocator on a side stream
+                self._step_body()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._step_body()
+        self.arena.block.copy_(saved)
+        torch.cuda.synchronize(self.device)
+        self._graph = graph
+
+
+def _pct(sorted_xs: list[int], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    k = max(0, min(len(sorted_xs) - 1, int(round(q / 100 * len(sorted_xs) + 0.5)) - 1))
+    return float(sorted_xs[k])
