@@ -81,7 +81,7 @@ def test_failed_service_is_failure_with_the_node_message(client, run_tree):
 
 
 def test_example_tree_runs_interrupt_cycles_against_the_node(policy_node):
-    spec = importlib.util.spec_from_file_location("bt_example", REPO / "examples" / "bt_interrupt_resume.py")
+    spec = importlib.util.spec_from_file_location("bt_example", REPO / "examples" / "interrupt_and_resume.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     counts = example.run(f"{policy_node.namespace}/flashrt", seconds=2.6)

@@ -4,7 +4,7 @@ Start a policy node, then this script:
 
     python -m flashrt_ros.ros.node --ros-args -p engine_kind:=policy -p policy:=transformer \\
         -p autostart:=true -p device:=cpu
-    python examples/bt_interrupt_resume.py --namespace /flashrt --seconds 10
+    python examples/interrupt_and_resume.py --namespace /flashrt --seconds 10
 
 This process plays the world: it steps the simulated reaching task with the
 node's actions (``~/action``) and publishes observations (``~/observation``).
