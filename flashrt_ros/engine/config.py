@@ -1,0 +1,46 @@
+"""Plain configuration records of the LLM engine."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Budgets and placement of the engine's CapsuleStore (see ``runtime.store``).
+
+    ``directory=None`` disables the disk tier (save/load then fail with
+    INVALID_ARGUMENT); budgets are bytes per tier.
+    """
+
+    device_budget_bytes: int = 512 << 20
+    host_budget_bytes: int = 2 << 30
+    disk_budget_bytes: int = 8 << 30
+    directory: Path | str | None = None
+    rollback_depth: int = 8
+    default_tier: str = "device"
+
+
+@dataclass
+class GenerationResult:
+    """Outcome of one ``LLMEngine.generate`` call.
+
+    ``token_ids`` are the emitted tokens (a final stop token included);
+    ``text`` is their decoded text without special tokens. ``stop_reason`` is
+    one of ``stop_token``, ``max_new_tokens``, ``cancelled``, ``context_full``.
+    """
+
+    text: str
+    token_ids: list[int]
+    stop_reason: str
+    prompt_tokens: int
+    position: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "token_ids": list(self.token_ids), "stop_reason": self.stop_reason,
+                "prompt_tokens": self.prompt_tokens, "position": self.position, "timings": dict(self.timings)}
+
+
+STOP_REASONS = ("stop_token", "max_new_tokens", "cancelled", "context_full")

@@ -1,0 +1,255 @@
+"""Llama-family decoder (SmolLM2, Llama 2/3 without rope scaling), gpt-fast style.
+
+Why this shape: the KV cache is not a module attribute but two static arena
+buffers per layer (``layers.{i}.kv.k`` / ``.v``, ``[max_context, kv_heads,
+head_dim]``). ``forward`` writes the new rows at ``positions`` with
+``index_copy_`` and attends over the whole static buffer under a
+``key_pos <= query_pos`` mask, so every step has fixed shapes, never syncs with
+the host and can be captured in a CUDA graph; a capsule restore only has to copy
+bytes back into the same buffers.
+
+Projections are fused (``wqkv``, ``w13``): at batch 1 decode is a chain of
+matrix-vector products, and fewer, larger ones are cheaper.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flashrt_ros.models.base import CausalLM
+from flashrt_ros.ops.rope import rope_cos_sin, rope_inv_freq
+from flashrt_ros.runtime.arena import POSITION, BufferSpec, StateArena
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Architecture hyper-parameters (the names follow llama.cpp / gpt-fast)."""
+
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    intermediate_size: int
+    head_dim: int = 0            # 0: dim // n_heads
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = True
+    max_position_embeddings: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.head_dim == 0:
+            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError("n_heads must be a multiple of n_kv_heads")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"architecture": "llama", **asdict(self)}
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in float32, as Llama does."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin computed from the position tensor each call (no host ints, no table to size).
+
+    ``inv_freq`` is kept in float32 whatever the model dtype: call :meth:`reset`
+    after moving the model to another dtype or materialising it from ``meta``.
+    """
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        self.head_dim, self.theta = head_dim, theta
+        self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta), persistent=False)
+
+    def reset(self) -> None:
+        self.inv_freq = rope_inv_freq(self.head_dim, self.theta).to(self.inv_freq.device)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        return rope_cos_sin(positions, self.inv_freq, dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on ``x [T, heads, head_dim]`` (HF layout, not interleaved)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig, layer: int) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_size = cfg.n_heads * cfg.head_dim
+        self.kv_size = cfg.n_kv_heads * cfg.head_dim
+        self.wqkv = nn.Linear(cfg.dim, self.q_size + 2 * self.kv_size, bias=False)
+        self.wo = nn.Linear(self.q_size, cfg.dim, bias=False)
+        self.k_name = f"layers.{layer}.kv.k"
+        self.v_name = f"layers.{layer}.kv.v"
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor, arena: StateArena) -> torch.Tensor:
+        t = x.shape[0]
+        q, k, v = self.wqkv(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = apply_rope(q.view(t, self.n_heads, self.head_dim), cos, sin)
+        k = apply_rope(k.view(t, self.n_kv_heads, self.head_dim), cos, sin)
+        v = v.view(t, self.n_kv_heads, self.head_dim)
+        k_cache, v_cache = arena[self.k_name], arena[self.v_name]
+        k_cache.index_copy_(0, positions, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, positions, v.to(v_cache.dtype))
+        key_pos = torch.arange(k_cache.shape[0], device=positions.device)
+        mask = key_pos[None, :] <= positions[:, None]                      # [T, max_context]
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1).unsqueeze(0),                                # [1, H, T, D]
+            k_cache.transpose(0, 1).unsqueeze(0).to(q.dtype),              # [1, KV, S, D]
+            v_cache.transpose(0, 1).unsqueeze(0).to(q.dtype),
+            attn_mask=mask, enable_gqa=True)
+        return self.wo(out.squeeze(0).transpose(0, 1).reshape(t, self.q_size))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU with the gate and up projections fused into one matrix."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.hidden = cfg.intermediate_size
+        self.w13 = nn.Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
+        self.w2 = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.w13(x).split([self.hidden, self.hidden], dim=-1)
+        return self.w2(F.silu(gate) * up)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: LlamaConfig, layer: int) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attention = Attention(cfg, layer)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.feed_forward = FeedForward(cfg)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor, arena: StateArena) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), positions, cos, sin, arena)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Llama(CausalLM):
+    """A Llama decoder implementing the CausalLM arena contract."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.vocab_size = cfg.vocab_size
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(TransformerBlock(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+
+    def config_dict(self) -> dict[str, Any]:
+        return self.config.to_dict()
+
+    def state_specs(self, max_context: int) -> list[BufferSpec]:
+        cfg, dtype = self.config, self.state_dtype
+        specs = []
+        for i in range(cfg.n_layers):
+            for part in ("k", "v"):
+                specs.append(BufferSpec(
+                    f"layers.{i}.kv.{part}", (max_context, cfg.n_kv_heads, cfg.head_dim), dtype,
+                    group="kv", live_axis=0, length_from=POSITION, append_only=True,
+                    doc=f"attention {part.upper()} cache of layer {i}"))
+        return specs
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                arena: StateArena) -> torch.Tensor:
+        x = self.tok_embeddings(input_ids)
+        cos, sin = self.rope(positions, x.dtype)
+        for layer in self.layers:
+            x = layer(x, positions, cos, sin, arena)
+        return self.output(self.norm(x)).float()
+
+    # --- weights ------------------------------------------------------------
+    @torch.no_grad()
+    def load_hf_state_dict(self, sd: Mapping[str, torch.Tensor]) -> None:
+        """Take weights named as in transformers' ``LlamaForCausalLM`` (q/k in HF rope layout).
+
+        Both loaders (GGUF, after un-permuting Q/K, and a transformers model in
+        the tests) produce this naming, so the fusion lives in one place. The
+        parameters are *replaced* (no copy into a random init; works on a model
+        built on the ``meta`` device); the caller's tensors are cloned only where
+        fusion needs a new tensor anyway.
+        """
+        def take(name: str) -> torch.Tensor:
+            if name not in sd:
+                raise KeyError(f"missing weight {name}")
+            return sd[name].detach()
+
+        def put(module: nn.Module, tensor: torch.Tensor) -> None:
+            if tuple(module.weight.shape) != tuple(tensor.shape):
+                raise ValueError(f"weight shape {tuple(tensor.shape)} != {tuple(module.weight.shape)}")
+            module.weight = nn.Parameter(tensor.clone() if tensor.is_inference() else tensor,
+                                         requires_grad=False)
+
+        put(self.tok_embeddings, take("model.embed_tokens.weight"))
+        put(self.norm, take("model.norm.weight"))
+        if self.config.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        else:
+            put(self.output, take("lm_head.weight"))
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            put(layer.attention_norm, take(p + "input_layernorm.weight"))
+            put(layer.ffn_norm, take(p + "post_attention_layernorm.weight"))
+            put(layer.attention.wqkv, torch.cat(
+                [take(p + f"self_attn.{n}_proj.weight") for n in ("q", "k", "v")], dim=0))
+            put(layer.attention.wo, take(p + "self_attn.o_proj.weight"))
+            put(layer.feed_forward.w13, torch.cat(
+                [take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], dim=0))
+            put(layer.feed_forward.w2, take(p + "mlp.down_proj.weight"))
+
+
+def build_llama(cfg: LlamaConfig, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                hf_state_dict: Mapping[str, torch.Tensor] | None = None, seed: int | None = None) -> Llama:
+    """An eval-mode Llama in ``dtype`` on ``device``: loaded from ``hf_state_dict`` or random (``seed``).
+
+    With a state dict the module is built on ``meta`` first and its parameters
+    are replaced by the given tensors, so no time goes into a random init that is
+    overwritten anyway. Parameters never require grad: this is inference code.
+    """
+    if hf_state_dict is not None:
+        with torch.device("meta"):
+            model = Llama(cfg)
+        model.rope.inv_freq = torch.empty_like(model.rope.inv_freq, device="cpu")
+        model.load_hf_state_dict(hf_state_dict)
+    else:
+        gen = torch.Generator().manual_seed(0 if seed is None else seed)
+        model = Llama(cfg)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+                else:
+                    p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / p.shape[-1] ** 0.5))
+        model.requires_grad_(False)
+    model = model.to(device=device, dtype=dtype).eval()
+    model.rope.reset()
+    return model
