@@ -88,6 +88,14 @@ class FlashRTClient:
     def wait_for(self, verb: str, timeout_s: float) -> bool:
         return self._clients[verb].wait_for_service(timeout_sec=timeout_s)
 
+    def forget(self, verb: str, future: Future) -> None:
+        """Abandon a request sent with call_async (its answer, if any, is dropped)."""
+        self._clients[verb].remove_pending_request(future)
+
+    def generate_ready(self) -> bool:
+        """Whether the generate action server is up (non-blocking)."""
+        return bool(self._generate.server_is_ready())
+
     def call_async(self, verb: str, **fields: Any) -> Future:
         """Send without waiting; the caller polls ``future.done()``."""
         return self._clients[verb].call_async(self.request(verb, **fields))

@@ -100,10 +100,9 @@ class ServiceCall:
 
 def _forget_pending(client: Any, verb: str, future: Any) -> None:
     """Drop an abandoned request from the rclpy client's pending table (else it leaks)."""
-    clients = getattr(client, "_clients", None)   # FlashRTClient has no public hook for this yet
-    rclpy_client = clients.get(verb) if isinstance(clients, dict) else None
-    if rclpy_client is not None and hasattr(rclpy_client, "remove_pending_request"):
-        rclpy_client.remove_pending_request(future)
+    forget = getattr(client, "forget", None)      # test doubles may not have it
+    if forget is not None:
+        forget(verb, future)
 
 
 class ServiceBehaviour(py_trees.behaviour.Behaviour):
@@ -281,10 +280,7 @@ class Generate(py_trees.behaviour.Behaviour):
 
 def _generate_ready(client: Any) -> bool:
     """Non-blocking readiness of the generate action (``generate_async`` itself may wait)."""
-    ready = getattr(client, "generate_ready", None)
-    if ready is not None:
-        return bool(ready())
-    return bool(client._generate.server_is_ready())   # noqa: SLF001 - no public readiness check yet
+    return bool(client.generate_ready())
 
 
 class PolicyPaused(py_trees.decorators.Decorator):
