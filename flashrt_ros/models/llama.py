@@ -23,6 +23,7 @@ from torch import nn
 from flashrt_ros.models.base import CausalLM
 from flashrt_ros.ops.rope import rope_cos_sin, rope_inv_freq
 from flashrt_ros.runtime.arena import POSITION, BufferSpec, StateArena
+from flashrt_ros.ops.static_kv_attention import write_and_attend
 
 
 @dataclass(frozen=True)
@@ -109,17 +110,8 @@ class Attention(nn.Module):
         q = apply_rope(q.view(t, self.n_heads, self.head_dim), cos, sin)
         k = apply_rope(k.view(t, self.n_kv_heads, self.head_dim), cos, sin)
         v = v.view(t, self.n_kv_heads, self.head_dim)
-        k_cache, v_cache = arena[self.k_name], arena[self.v_name]
-        k_cache.index_copy_(0, positions, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, positions, v.to(v_cache.dtype))
-        key_pos = torch.arange(k_cache.shape[0], device=positions.device)
-        mask = key_pos[None, :] <= positions[:, None]                      # [T, max_context]
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0),                                # [1, H, T, D]
-            k_cache.transpose(0, 1).unsqueeze(0).to(q.dtype),              # [1, KV, S, D]
-            v_cache.transpose(0, 1).unsqueeze(0).to(q.dtype),
-            attn_mask=mask, enable_gqa=True)
-        return self.wo(out.squeeze(0).transpose(0, 1).reshape(t, self.q_size))
+        out = write_and_attend(q, k, v, arena[self.k_name], arena[self.v_name], positions)
+        return self.wo(out)
 
 
 class FeedForward(nn.Module):

@@ -9,13 +9,13 @@ and the step stays capturable. q, gate, k and v come from one fused matrix
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from flashrt_ros.models.hybrid.config import HybridConfig
 from flashrt_ros.models.hybrid.norms import OffsetRMSNorm
 from flashrt_ros.ops import apply_partial_rope
 from flashrt_ros.runtime.arena import StateArena
+from flashrt_ros.ops.static_kv_attention import write_and_attend
 
 
 class GatedAttention(nn.Module):
@@ -39,15 +39,5 @@ class GatedAttention(nn.Module):
         q = apply_partial_rope(self.q_norm(q.view(t, self.n_heads, self.head_dim)), cos, sin)
         k = apply_partial_rope(self.k_norm(k.view(t, self.n_kv_heads, self.head_dim)), cos, sin)
         v = v.view(t, self.n_kv_heads, self.head_dim)
-        k_cache, v_cache = arena[self.k_name], arena[self.v_name]
-        k_cache.index_copy_(0, positions, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, positions, v.to(v_cache.dtype))
-        key_pos = torch.arange(k_cache.shape[0], device=positions.device)
-        mask = key_pos[None, :] <= positions[:, None]                      # [T, max_context]
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0),                                # [1, H, T, D]
-            k_cache.transpose(0, 1).unsqueeze(0).to(q.dtype),              # [1, KV, S, D]
-            v_cache.transpose(0, 1).unsqueeze(0).to(q.dtype),
-            attn_mask=mask, enable_gqa=True)
-        out = out.squeeze(0).transpose(0, 1).reshape(t, self.q_size)
+        out = write_and_attend(q, k, v, arena[self.k_name], arena[self.v_name], positions)
         return self.o_proj(out * torch.sigmoid(gate))
