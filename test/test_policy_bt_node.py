@@ -48,7 +48,18 @@ def run_tree(policy_node, ros_node):  # noqa: F811
             time.sleep(0.02)
         return worst
 
+    # DDS discovery between processes takes a moment: feed observations until the
+    # policy answers with actions, so the tree starts on a policy that is really stepping.
+    actions = []
+    sub = ros_node.create_subscription(Float32MultiArray, f"{policy_node.namespace}/flashrt/action",
+                                       actions.append, 10)
+    deadline = time.monotonic() + 30
+    while not actions and time.monotonic() < deadline:
+        pub.publish(Float32MultiArray(data=[0.0, 0.0, 0.0, 0.0, 0.5, -0.5]))
+        time.sleep(0.02)
+    assert actions, "the policy node never published an action"
     yield run
+    ros_node.destroy_subscription(sub)
     ros_node.destroy_publisher(pub)
 
 
