@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import rclpy
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node

@@ -156,22 +156,22 @@ class EngineHost:
     # --- status -------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         raw = self.engine.status()
-        latency = raw.get("latency") or {}
-        step = latency.get("decode") or latency.get("step") or latency
-        store = _tier_bytes(raw.get("store") or self.engine.store.stats())
+        # The LLM engine keys latency by step kind; the policy engine has one flat entry.
+        step = raw["latency"].get("decode", {}) if self.kind == "llm" else raw["latency"]
+        store = _tier_bytes(raw["store"])
         return {
             "engine_kind": self.kind, "model": self.model, "device": str(self.engine.device),
             "session": "default",
-            "busy": bool(raw.get("generating", raw.get("busy", False))),
-            "position": int(raw.get("position", 0)),
-            "boundary_id": int(raw.get("boundary", raw.get("boundary_id", 0))),
-            "capsule_count": int(store.get("count", 0)),
+            "busy": bool(raw.get("generating", False)),
+            "position": int(raw["position"]),
+            "boundary_id": int(raw["boundary"]),
+            "capsule_count": store["count"],
             "arena_bytes": int(self.engine.arena.nbytes),
             "live_bytes": int(raw.get("live_bytes", 0)),
-            "device_bytes": store.get("device_bytes", 0), "host_bytes": store.get("host_bytes", 0),
-            "disk_bytes": store.get("disk_bytes", 0),
-            "step_p50_ms": float(_get(step, "p50_ms", 0.0)),
-            "step_p99_ms": float(_get(step, "p99_ms", 0.0)),
+            "device_bytes": store["device_bytes"], "host_bytes": store["host_bytes"],
+            "disk_bytes": store["disk_bytes"],
+            "step_p50_ms": float(step.get("p50_ms", 0.0)),
+            "step_p99_ms": float(step.get("p99_ms", 0.0)),
         }
 
     # --- work ---------------------------------------------------------------
@@ -224,10 +224,6 @@ class EngineHost:
         close = getattr(self.engine, "close", None)
         if close is not None:
             close()
-
-
-def _get(mapping: Any, key: str, default: Any) -> Any:
-    return mapping.get(key, default) if isinstance(mapping, dict) else default
 
 
 def _tier_bytes(stats: dict[str, Any]) -> dict[str, Any]:

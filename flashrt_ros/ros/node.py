@@ -29,7 +29,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import rclpy
@@ -105,8 +104,8 @@ class FlashRTNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Build the engine. SUCCESS: weights loaded, arena allocated, warmed up."""
         self._config = self._read_config()
-        reason = next((check_value(p, getattr(self._config, p.name)) for p in PARAMS
-                       if check_value(p, getattr(self._config, p.name))), None)
+        reason = next(filter(None, (check_value(p, getattr(self._config, p.name))
+                                    for p in PARAMS)), None)
         if reason:
             self.get_logger().error(f"configure failed: {reason}")
             return TransitionCallbackReturn.FAILURE
@@ -140,12 +139,7 @@ class FlashRTNode(LifecycleNode):
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop the action and the control loop; engine state and capsules stay."""
-        self._active = False
-        if self._engine is not None:
-            self._engine.request_stop()
-        if self._policy_io is not None:
-            self._policy_io.destroy()
-            self._policy_io = None
+        self._stop_serving()
         self._lifecycle_name = "inactive"
         self._publish_status()
         return super().on_deactivate(state)
@@ -158,23 +152,27 @@ class FlashRTNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._active = False
         self._release_engine()
         self._lifecycle_name = "finalized"
         return TransitionCallbackReturn.SUCCESS
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.get_logger().error("lifecycle error: releasing the engine")
-        self._active = False
         self._release_engine()
         return TransitionCallbackReturn.SUCCESS
 
-    def _release_engine(self) -> None:
+    def _stop_serving(self) -> None:
+        """Refuse new work, stop a running generation and the control loop at a boundary."""
+        self._active = False
+        if self._engine is not None:
+            self._engine.request_stop()
         if self._policy_io is not None:
             self._policy_io.destroy()
             self._policy_io = None
+
+    def _release_engine(self) -> None:
+        self._stop_serving()
         if self._engine is not None:
-            self._engine.request_stop()
             self._engine.close()
             self._engine = None
 
@@ -392,7 +390,6 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        node._active = False
         node._release_engine()
         executor.shutdown()
         node.destroy_node()
