@@ -39,6 +39,7 @@ def engine_loop(gate, engine, store, committed, stop, arena, *, sleep: float = 0
                 if int(arena["meta.position"]) >= arena["kv.0"].shape[0] - 1:
                     arena.zero_()
                     store.ring.invalidate()
+                store.ring.before_step()
                 engine.step(yield_between=True)
                 if sleep:
                     time.sleep(sleep)

@@ -12,6 +12,13 @@ from flashrt_ros.runtime.toy import ToyEngine, live_bytes, toy_arena
 MB = 1 << 20
 
 
+def commit_step(engine: ToyEngine, store: CapsuleStore) -> None:
+    """What an engine does per step: seed a pending timeline start, step, record the boundary."""
+    store.ring.before_step()
+    engine.step()
+    store.ring.record()
+
+
 def recorded_run(depth: int = 4, steps: int = 6):
     arena = toy_arena()
     engine = ToyEngine(arena)
@@ -20,8 +27,7 @@ def recorded_run(depth: int = 4, steps: int = 6):
     store.ring.record()
     history = [live_bytes(arena)]
     for _ in range(steps):
-        engine.step()
-        store.ring.record()
+        commit_step(engine, store)
         history.append(live_bytes(arena))
     return arena, engine, store, history
 
@@ -78,8 +84,7 @@ def test_restore_invalidates_history_and_seeds_the_restored_state():
     store.restore("at1")
     assert store.ring.available == 0
     for _ in range(2):
-        engine.step()
-        store.ring.record()
+        commit_step(engine, store)
     assert store.rollback(2) == 1
     assert live_bytes(arena) == history[1]
 
@@ -88,12 +93,10 @@ def test_restore_of_a_shorter_capsule_makes_old_kv_rows_unreachable():
     arena, engine, store, history = recorded_run(depth=4, steps=2)
     store.snapshot("early")                          # position 2
     for _ in range(3):
-        engine.step()
-        store.ring.record()                          # positions 3, 4, 5
+        commit_step(engine, store)                          # positions 3, 4, 5
     store.restore("early")                           # KV rows 2.. will be rewritten from here
     for _ in range(3):
-        engine.step()
-        store.ring.record()
+        commit_step(engine, store)
     assert store.rollback(3) == 2                    # back to the restored state, not to stale history
     assert store.verify("early", against_live=True).ok
     with pytest.raises(InvalidArgument, match="0 available"):
@@ -113,3 +116,24 @@ def test_negative_steps_are_refused():
     with pytest.raises(InvalidArgument):
         store.rollback(-1)
     assert live_bytes(arena) == history[-1]
+
+
+def test_restore_records_the_timeline_start_lazily_before_the_next_step():
+    arena, engine, store, history = recorded_run(depth=4, steps=3)
+    store.snapshot("at3")
+    commit_step(engine, store)
+    store.restore("at3")
+    assert store.ring.available == 0
+    commit_step(engine, store)         # before_step records the restored state first
+    assert store.ring.available == 1
+    assert store.rollback(1) == 3
+    assert live_bytes(arena) == history[3]
+
+
+def test_rollback_zero_right_after_restore_keeps_the_restored_state():
+    arena, engine, store, history = recorded_run(depth=4, steps=3)
+    store.snapshot("at3")
+    commit_step(engine, store)
+    store.restore("at3")
+    assert store.rollback(0) == 3
+    assert live_bytes(arena) == history[3]

@@ -85,6 +85,7 @@ class PolicyEngine:
             raise InvalidArgument(f"obs must have shape ({self.policy.obs_dim},), got {tuple(obs.shape)}")
         t0 = time.perf_counter_ns()
         with self.gate.step():
+            self.store.ring.before_step()
             self._obs.copy_(obs)
             if self._graph is not None:
                 self._graph.replay()
@@ -182,8 +183,7 @@ class PolicyEngine:
     def _reset_state(self) -> None:
         self.arena.zero_()
         self.policy.init_state(self.arena)
-        self.store.ring.invalidate()      # the old timeline is gone ...
-        self.store.ring.record()          # ... and the cold state is the first entry of the new one
+        self.store.ring.restart()         # the cold state is the first entry of a new timeline
 
     def _at_boundary(self, fn: Callable[[], Any]) -> Any:
         return self.gate.run_at_boundary(fn, timeout=self.gate_timeout_s)

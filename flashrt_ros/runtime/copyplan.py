@@ -3,9 +3,10 @@
 Why: the arena packs every buffer into one contiguous block, so the live state
 is mostly a handful of contiguous byte ranges. Copying range by range instead
 of buffer by buffer turns a snapshot of a 100-buffer model into a few copies
-(one when every live extent is full), and the copies of one transfer are issued
-as one ``torch._foreach_copy_`` (a single multi-tensor launch on CUDA when the
-fast path applies), which is what makes sub-millisecond capsules possible.
+(one when every live extent is full); large copies are plain device memcpys,
+the small ones of one transfer share one ``torch._foreach_copy_`` (a single
+multi-tensor launch on CUDA), which is what makes sub-millisecond capsules
+possible.
 
 A buffer is *contiguous* when its live extent is a byte prefix of the buffer
 (no live axis, a full extent, or every dimension before the live axis has size
@@ -230,12 +231,24 @@ class BoundCopies:
         return len(self)
 
 
+#: Segments at least this large get their own ``copy_`` (a device memcpy at full bandwidth);
+#: smaller ones share one ``_foreach_copy_`` launch (benchmarks/bench_segment_copies.py
+#: compares the two on the GPU).
+LARGE_SEGMENT_BYTES = 1 << 20
+
+
 def _copy_all(dst: list[torch.Tensor], src: list[torch.Tensor], non_blocking: bool, fused: bool) -> None:
-    if fused and len(dst) > 1 and hasattr(torch, "_foreach_copy_"):
-        torch._foreach_copy_(dst, src, non_blocking=non_blocking)
-        return
+    small_dst, small_src = [], []
     for d, s in zip(dst, src):
-        d.copy_(s, non_blocking=non_blocking)
+        if d.numel() * d.element_size() >= LARGE_SEGMENT_BYTES or not fused:
+            d.copy_(s, non_blocking=non_blocking)
+        else:
+            small_dst.append(d)
+            small_src.append(s)
+    if len(small_dst) > 1 and hasattr(torch, "_foreach_copy_"):
+        torch._foreach_copy_(small_dst, small_src, non_blocking=non_blocking)
+    elif small_dst:
+        small_dst[0].copy_(small_src[0], non_blocking=non_blocking)
 
 
 def gather(arena: StateArena, plan: CopyPlan, payload: torch.Tensor,

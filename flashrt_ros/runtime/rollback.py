@@ -18,6 +18,11 @@ new timeline (epoch) and forgets older entries; ``CapsuleStore.restore`` does.
 Shrinking is checked at ``rollback()`` time from the recorded lengths (one
 small device-to-host read), so ``record()`` stays sync-free.
 
+A timeline's first entry (after a restore, reset or session switch:
+``restart()``) is recorded lazily, right before the next step changes the
+arena (``before_step()``, which every engine calls first) or before a
+rollback: the verb that replaced the state then costs only its own copy.
+
 Entry semantics: entries are the states right after each ``record()``; the
 newest is "now" (if nothing ran since). ``rollback(k)`` restores the entry
 ``k`` records before the newest and discards the newer ones, so ``rollback(0)``
@@ -54,6 +59,7 @@ class RollbackRing:
         self._lock = threading.Lock()
         self._head = 0      # slot the next record() writes
         self._count = 0     # valid entries (<= depth + 1)
+        self._start_pending = False   # restart(): the current state is an entry not yet copied
         self.epoch = 0
 
     @property
@@ -68,21 +74,46 @@ class RollbackRing:
     def record(self) -> None:
         """Append the current state (call after each committed boundary)."""
         with self._lock:
-            self._bound[self._head].to_payload()
-            self._head = (self._head + 1) % (self.depth + 1)
-            self._count = min(self._count + 1, self.depth + 1)
+            self._record_locked()
+
+    def _record_locked(self) -> None:
+        self._bound[self._head].to_payload()
+        self._head = (self._head + 1) % (self.depth + 1)
+        self._count = min(self._count + 1, self.depth + 1)
+        self._start_pending = False
 
     def invalidate(self) -> None:
         """Forget all entries: the arena was written from outside the recorded timeline."""
         with self._lock:
             self._count = 0
+            self._start_pending = False
             self.epoch += 1
+
+    def restart(self) -> None:
+        """Start a new timeline whose first entry is the current state (after a restore or reset).
+
+        The entry is copied lazily by ``before_step()`` or ``rollback()``; until
+        then nothing may write the arena except through them.
+        """
+        with self._lock:
+            self._count = 0
+            self._start_pending = True
+            self.epoch += 1
+
+    def before_step(self) -> None:
+        """Call before anything changes the arena: records a pending timeline start now."""
+        if self._start_pending:
+            with self._lock:
+                if self._start_pending:
+                    self._record_locked()
 
     def rollback(self, steps: int) -> int:
         """Restore the state of ``steps`` records ago byte-exactly; returns the new position."""
         with self._lock:
             if not isinstance(steps, int) or steps < 0:
                 raise InvalidArgument(f"rollback steps must be an int >= 0, got {steps!r}")
+            if self._start_pending:
+                self._record_locked()
             if self._count == 0:
                 raise InvalidArgument("nothing recorded to roll back to (0 steps available)")
             if steps > self.available:

@@ -75,8 +75,7 @@ class SessionManager:
                     self.store.restore(from_capsule)
                 else:
                     self.store.arena.zero_()
-                    self.store.ring.invalidate()
-                    self.store.ring.record()
+                    self.store.ring.restart()
             except BaseException:
                 # the arena may be half-written: bring the parked state back, then re-raise
                 self.store._restore(parked_name(previous), verify=False, groups=None)

@@ -277,8 +277,15 @@ class CapsuleStore:
                 self.disk_tier.charge(plan.nbytes)
             else:
                 mem = self._tiers[tier]
-                payload = mem.allocate(plan.nbytes)
-                bound = BoundCopies(self.arena, plan, payload)
+                if old is not None and old.resident and old.tier == tier and old.plan is plan:
+                    # Overwriting a capsule of the same layout in the same tier (a behaviour
+                    # tree re-taking "home"): copy into its bytes, keeping its bound views.
+                    payload, bound = old.payload, old.bound or BoundCopies(self.arena, plan, old.payload)
+                    old.attach(None)
+                    mem.release(plan.nbytes)
+                else:
+                    payload = mem.allocate(plan.nbytes)
+                    bound = BoundCopies(self.arena, plan, payload)
                 bound.to_payload()
                 if old is not None:
                     self._discard(old, delete_files=True)
@@ -318,8 +325,7 @@ class CapsuleStore:
             else:
                 bound = BoundCopies(self.arena, c.plan, payload, names)
             bound.to_arena(non_blocking=non_blocking)
-            self.ring.invalidate()
-            self.ring.record()
+            self.ring.restart()
             self._touch(c)
             return c
 
