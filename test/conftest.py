@@ -16,3 +16,14 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("ROS_DOMAIN_ID", str(10 + os.getpid() % 90))
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.setdefault("RCUTILS_LOGGING_BUFFERED_STREAM", "0")
+
+
+def _interpret_triton_without_gpu() -> None:
+    """No GPU: run the triton kernels in triton's interpreter (must be set before triton is imported)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_interpret_triton_without_gpu()

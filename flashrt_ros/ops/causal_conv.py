@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from flashrt_ros.ops.triton import use_triton
+
 
 def causal_conv1d_with_state(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor,
                              bias: torch.Tensor | None = None, silu: bool = True) -> torch.Tensor:
@@ -18,7 +20,11 @@ def causal_conv1d_with_state(x: torch.Tensor, state: torch.Tensor, weight: torch
     ``state`` holds the ``K-1`` inputs before ``x`` (zeros at a cold start, which
     equals the zero left-padding of a plain causal conv) and is overwritten in
     place with the last ``K-1`` inputs seen. Returns ``[T, C]`` in ``x``'s dtype.
+    On CUDA with triton this is one kernel (decode) or two (prefill).
     """
+    if use_triton(x):
+        from flashrt_ros.ops.triton.gated_deltanet import causal_conv1d_update
+        return causal_conv1d_update(x, state, weight, bias, silu)
     window = state.shape[-1]
     full = torch.cat((state.to(x.dtype), x.transpose(0, 1)), dim=-1)      # [C, K-1+T]
     state.copy_(full[:, full.shape[-1] - window:])

@@ -11,9 +11,15 @@ the corrected values are ``U = (I + A)^-1 (beta V) - (I + A)^-1 (beta e^G K) S0`
 Both forms take the state as an argument and return the new one; the caller
 copies it into the arena (the ops never own state). Everything runs in float32.
 
-On CUDA with flash-linear-attention importable, the fla kernels are used
-instead (fla takes chunk sizes 16, 32 or 64; any other size runs fla at 64);
-the torch code is the reference.
+On CUDA with flash-linear-attention importable, fla's chunk kernel runs the
+prefill form (fla takes chunk sizes 16, 32 or 64; any other size runs fla at
+64), in the model dtype with float32 decay and state as transformers feeds it.
+A decode token of a whole Gated DeltaNet layer (gates, delta step and the gated
+norm) is one triton kernel on CUDA (``gated_delta_decode``); the torch code is
+the reference everywhere.
+
+Grouped values: ``q, k`` may have fewer heads than ``v`` (each key head serves
+``Hv / Hk`` consecutive value heads), as in Qwen3-Next.
 """
 from __future__ import annotations
 
@@ -22,7 +28,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from flashrt_ros.ops.norms import l2_normalize
+from flashrt_ros.ops.norms import gated_rms_norm, l2_normalize
+from flashrt_ros.ops.triton import use_triton
 
 
 @functools.cache
@@ -38,9 +45,23 @@ def fla_available() -> bool:
     return True
 
 
+def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+              dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen3-Next's gates: log-decay ``g = -exp(A_log) softplus(a + dt_bias)`` (float32), ``beta = sigmoid(b)``."""
+    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float())
+    return g, b.sigmoid()
+
+
+def _per_value_head(x: torch.Tensor, value_heads: int) -> torch.Tensor:
+    """Repeat key heads ``[T, Hk, d]`` so each of the ``value_heads`` has its own (grouped values)."""
+    groups = value_heads // x.shape[1]
+    return x.repeat_interleave(groups, dim=1) if groups > 1 else x
+
+
 def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
              beta: torch.Tensor, use_qk_l2norm: bool) -> tuple[torch.Tensor, ...]:
     """float32, heads first ``[H, T, d]``, q/k optionally l2-normed, q scaled by ``dk^-1/2``."""
+    q, k = _per_value_head(q, v.shape[1]), _per_value_head(k, v.shape[1])
     q, k, v = (x.float().transpose(0, 1) for x in (q, k, v))
     g, beta = (x.float().transpose(0, 1) for x in (g, beta))            # [H, T]
     if use_qk_l2norm:
@@ -54,7 +75,7 @@ def torch_chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Chunked gated delta rule over ``T`` tokens, starting from ``state``.
 
-    Shapes: ``q, k [T, H, dk]`` (already one per value head), ``v [T, H, dv]``,
+    Shapes: ``q, k [T, Hk, dk]`` (``Hk`` divides ``H``), ``v [T, H, dv]``,
     ``g, beta [T, H]``, ``state [H, dk, dv]``. Returns ``(out [T, H, dv] float32,
     new_state [H, dk, dv] float32)``. ``T`` need not be a multiple of
     ``chunk_size``: the tail is padded with ``beta = 0, g = 0`` rows, which leave
@@ -115,11 +136,20 @@ def torch_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.
 def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                            beta: torch.Tensor, state: torch.Tensor, chunk_size: int = 64,
                            use_qk_l2norm: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prefill path: fla's chunk kernel on CUDA when available, else the torch reference."""
+    """Prefill path: fla's chunk kernel on CUDA when available, else the torch reference.
+
+    fla gets ``q, k, v, beta`` in their (model) dtype and float32 ``g`` and
+    state, as transformers calls it; its output is in the model dtype, the
+    new state float32. The torch reference computes everything in float32.
+    """
     if q.is_cuda and fla_available():
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
         fla_chunk_size = chunk_size if chunk_size in (16, 32, 64) else 64
-        return _call_fla(fla_chunk, q, k, v, g, beta, state, use_qk_l2norm, chunk_size=fla_chunk_size)
+        out, new_state = fla_chunk(q=q.unsqueeze(0), k=k.unsqueeze(0), v=v.unsqueeze(0),
+                                   g=g.float().unsqueeze(0), beta=beta.to(q.dtype).unsqueeze(0),
+                                   initial_state=state.float().unsqueeze(0), output_final_state=True,
+                                   use_qk_l2norm_in_kernel=use_qk_l2norm, chunk_size=fla_chunk_size)
+        return out.squeeze(0), new_state.squeeze(0).float()
     return torch_chunk_gated_delta_rule(q, k, v, g, beta, state, chunk_size, use_qk_l2norm)
 
 
@@ -136,13 +166,39 @@ def recurrent_gated_delta_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 def _call_fla(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
               beta: torch.Tensor, state: torch.Tensor,
               use_qk_l2norm: bool, **options: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run an fla kernel at batch 1 with every input in one dtype.
+    """Run fla's recurrent kernel at batch 1 with every input in float32.
 
     Why one dtype: mixed dtypes (float32 g with bfloat16 beta) gave NaN in the
-    recurrent kernel; float32 everywhere is what the reference computes anyway,
-    and the state stays float32 as fla returns it.
+    recurrent kernel in a probe; float32 everywhere is what the reference
+    computes anyway, and the state stays float32 as fla returns it.
     """
+    q, k = _per_value_head(q, v.shape[1]), _per_value_head(k, v.shape[1])
     q, k, v, g, beta = (x.float().unsqueeze(0).contiguous() for x in (q, k, v, g, beta))
     out, new_state = kernel(q=q, k=k, v=v, g=g, beta=beta, initial_state=state.float().unsqueeze(0),
                             output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm, **options)
     return out.squeeze(0).float(), new_state.squeeze(0).float()
+
+
+def gated_delta_decode(qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
+                       A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor,
+                       norm_weight: torch.Tensor, eps: float, num_k_heads: int, head_k_dim: int,
+                       head_v_dim: int) -> torch.Tensor:
+    """One decode token of a Gated DeltaNet layer after its conv: gates, delta step, gated norm.
+
+    ``qkv [2*Hk*dk + Hv*dv]`` (conv output), ``z [Hv*dv]``, ``a, b [Hv]``;
+    ``state [Hv, dk, dv]`` float32 is updated in place. Returns ``[Hv, dv]`` in
+    the model dtype. On CUDA with triton this is one kernel per layer.
+    """
+    if use_triton(qkv):
+        from flashrt_ros.ops.triton.gated_deltanet import gated_delta_decode_step
+        return gated_delta_decode_step(qkv, z, b, a, A_log, dt_bias, state, norm_weight, eps,
+                                       num_k_heads, head_k_dim, head_v_dim)
+    value_heads = state.shape[0]
+    key_dim = num_k_heads * head_k_dim
+    q, k, v = qkv.split([key_dim, key_dim, value_heads * head_v_dim])
+    g, beta = gdn_gates(a, b, A_log, dt_bias)
+    out, new_state = recurrent_gated_delta_step(
+        q.view(1, num_k_heads, head_k_dim), k.view(1, num_k_heads, head_k_dim),
+        v.view(1, value_heads, head_v_dim), g.view(1, value_heads), beta.view(1, value_heads), state)
+    state.copy_(new_state)
+    return gated_rms_norm(out[0].to(qkv.dtype), z.view(value_heads, head_v_dim), norm_weight, eps)
