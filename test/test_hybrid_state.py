@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 
+from flashrt_ros.models.base import KV_CACHE
 from flashrt_ros.models.hybrid import HybridCausalLM, bench_0p8b_config, random_hybrid_config
 from flashrt_ros.runtime.arena import POSITION, StateArena, core_meta_specs
 
@@ -65,19 +66,20 @@ def test_state_specs_declare_kv_recurrent_and_conv_per_layer_type() -> None:
     model = _random_model()
     cfg = model.config
     specs = {s.name: s for s in model.state_specs(MAX_CONTEXT)}
+    kv = specs[KV_CACHE]
+    attention = [i for i, kind in enumerate(cfg.layer_types) if kind == "full_attention"]
+    assert (kv.shape, kv.group, kv.live_axis, kv.length_from, kv.append_only) == (
+        (MAX_CONTEXT, len(attention), 2, cfg.num_key_value_heads, cfg.head_dim), "kv", 0, POSITION, True)
+    assert list(specs)[-1] == KV_CACHE          # last: the fully-live state before it is one copy run
     for i, kind in enumerate(cfg.layer_types):
         if kind == "full_attention":
-            k = specs[f"layers.{i}.kv.k"]
-            assert (k.shape, k.group, k.live_axis, k.length_from, k.append_only) == (
-                (MAX_CONTEXT, cfg.num_key_value_heads, cfg.head_dim), "kv", 0, POSITION, True)
             assert f"layers.{i}.gdn.recurrent" not in specs
         else:
             rec, conv = specs[f"layers.{i}.gdn.recurrent"], specs[f"layers.{i}.gdn.conv"]
             assert rec.shape == (cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim)
             assert (rec.group, rec.dtype) == ("recurrent", torch.float32)
             assert (conv.shape, conv.group) == ((cfg.conv_dim, cfg.linear_conv_kernel_dim - 1), "conv")
-            assert f"layers.{i}.kv.k" not in specs
-    assert len(specs) == sum(2 for _ in cfg.layer_types)   # two buffers per layer, whatever the type
+    assert len(specs) == 2 * (len(cfg.layer_types) - len(attention)) + 1
 
 
 @torch.no_grad()
@@ -89,8 +91,8 @@ def test_forward_writes_every_state_group_and_leaves_weights_untouched() -> None
     for name in arena:
         if name.endswith((".gdn.recurrent", ".gdn.conv")):
             assert torch.count_nonzero(arena[name]) > 0, name
-        elif name.endswith((".kv.k", ".kv.v")):
-            assert torch.count_nonzero(arena[name][:PROMPT].abs().sum(dim=(1, 2))) == PROMPT, name
+        elif name == KV_CACHE:
+            assert torch.count_nonzero(arena[name][:PROMPT].abs().sum(dim=(2, 3, 4)).prod(dim=1)) == PROMPT
             # rows past the written positions stay untouched (attention reads them only under the mask)
             assert torch.count_nonzero(arena[name][PROMPT:]) == 0, name
     assert int(arena[POSITION]) == 0                        # the engine, not the model, advances it
@@ -155,7 +157,7 @@ def test_bfloat16_model_keeps_float32_rope_and_recurrent_state() -> None:
     assert model.inv_freq.dtype == torch.float32            # a constant, kept exact through .to()
     specs = {s.name: s.dtype for s in model.state_specs(MAX_CONTEXT)}
     assert specs["layers.0.gdn.recurrent"] == torch.float32
-    assert specs["layers.0.gdn.conv"] == specs["layers.3.kv.k"] == torch.bfloat16
+    assert specs["layers.0.gdn.conv"] == specs[KV_CACHE] == torch.bfloat16
     low, _ = _run_split(model, ids, [24, 16])
     assert low.dtype == torch.float32
     assert ((low - reference).norm() / reference.norm()).item() < 5e-2

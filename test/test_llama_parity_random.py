@@ -4,6 +4,7 @@ import torch
 from transformers import LlamaConfig as HFLlamaConfig
 from transformers import LlamaForCausalLM
 
+from flashrt_ros.models.base import KV_CACHE
 from flashrt_ros.models.gguf_loader import unpermute_rope_rows
 from flashrt_ros.models.llama import LlamaConfig, build_llama
 from flashrt_ros.runtime.arena import POSITION, StateArena, core_meta_specs
@@ -42,9 +43,7 @@ def test_kv_rows_past_the_query_position_are_ignored(pair):
     ids = torch.randint(0, 300, (6,), generator=torch.Generator().manual_seed(2))
     clean = StateArena(core_meta_specs() + ours.state_specs(32))
     dirty = StateArena(core_meta_specs() + ours.state_specs(32))
-    for name in dirty:
-        if name.endswith((".k", ".v")):
-            dirty[name].normal_()
+    dirty[KV_CACHE].normal_()
     a = ours(ids, torch.arange(6), clean)
     b = ours(ids, torch.arange(6), dirty)
     assert torch.equal(a, b)
@@ -52,11 +51,10 @@ def test_kv_rows_past_the_query_position_are_ignored(pair):
 
 def test_state_specs_follow_the_contract(pair):
     _, ours = pair
-    specs = ours.state_specs(48)
-    assert [s.name for s in specs] == [f"layers.{i}.kv.{p}" for i in range(2) for p in ("k", "v")]
-    for s in specs:
-        assert s.shape == (48, 2, 16) and s.group == "kv" and s.live_axis == 0
-        assert s.length_from == POSITION and s.append_only and s.dtype == torch.float32
+    (s,) = ours.state_specs(48)
+    assert s.name == KV_CACHE and s.shape == (48, 2, 2, 2, 16)     # positions, layers, k/v, kv heads, dim
+    assert s.group == "kv" and s.live_axis == 0
+    assert s.length_from == POSITION and s.append_only and s.dtype == torch.float32
 
 
 def test_unpermute_inverts_the_llama_cpp_rope_permutation():

@@ -30,11 +30,13 @@ RNG_COUNTER = "rng.counter"
 
 
 def engine_state_specs(max_context: int, vocab_size: int) -> list[BufferSpec]:
-    """Engine buffers (the core ``meta.position``/``meta.boundary`` are declared separately)."""
+    """Engine buffers (the core ``meta.position``/``meta.boundary`` are declared separately).
+
+    The transcript, live only up to the position, comes last so that the fully
+    live buffers before it and its live prefix are one contiguous copy.
+    """
     i64, f32 = torch.int64, torch.float32
     return [
-        BufferSpec(TOKENS, (max_context,), i64, group="meta", live_axis=0, length_from=POSITION,
-                   append_only=True, doc="transcript: token ids consumed by the model"),
         BufferSpec(PENDING, (), i64, group="meta", doc="emitted token not yet fed to the model"),
         BufferSpec(HAS_PENDING, (), i64, group="meta", doc="1 if meta.pending_token is valid"),
         BufferSpec(LAST_TOKEN, (), i64, group="meta", doc="last token consumed by the model"),
@@ -46,4 +48,6 @@ def engine_state_specs(max_context: int, vocab_size: int) -> list[BufferSpec]:
         BufferSpec(TOP_P, (), f32, group="sampling", doc=">= 1 disables"),
         BufferSpec(RNG_SEED, (), i64, group="rng", doc="counter-based generator: seed"),
         BufferSpec(RNG_COUNTER, (), i64, group="rng", doc="counter-based generator: draws so far"),
+        BufferSpec(TOKENS, (max_context,), i64, group="meta", live_axis=0, length_from=POSITION,
+                   append_only=True, doc="transcript: token ids consumed by the model"),
     ]

@@ -1,12 +1,13 @@
 """Llama-family decoder (SmolLM2, Llama 2/3 without rope scaling), gpt-fast style.
 
-Why this shape: the KV cache is not a module attribute but two static arena
-buffers per layer (``layers.{i}.kv.k`` / ``.v``, ``[max_context, kv_heads,
-head_dim]``). ``forward`` writes the new rows at ``positions`` with
-``index_copy_`` and attends over the whole static buffer under a
-``key_pos <= query_pos`` mask, so every step has fixed shapes, never syncs with
-the host and can be captured in a CUDA graph; a capsule restore only has to copy
-bytes back into the same buffers.
+Why this shape: the KV cache is not a module attribute but one static arena
+buffer shared by all layers (``kv_cache``, ``[max_context, layers, 2, kv_heads,
+head_dim]``; see ``models.base.kv_cache_spec``). ``forward`` writes the new rows
+at ``positions`` with
+``ops.rope_write_and_attend`` (RoPE, the cache write and causal attention; see
+there for the CPU, CUDA and triton paths), so every step has fixed shapes, never
+syncs with the host and can be captured in a CUDA graph; a capsule restore only
+has to copy bytes back into the same buffers.
 
 Projections are fused (``wqkv``, ``w13``): at batch 1 decode is a chain of
 matrix-vector products, and fewer, larger ones are cheaper.
@@ -17,13 +18,15 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from flashrt_ros.models.base import CausalLM
-from flashrt_ros.ops.rope import rope_cos_sin, rope_inv_freq
-from flashrt_ros.runtime.arena import POSITION, BufferSpec, StateArena
-from flashrt_ros.ops.static_kv_attention import write_and_attend
+from flashrt_ros.models.base import CausalLM, kv_cache_spec, kv_views
+from flashrt_ros.ops.gating import silu_mul
+from flashrt_ros.ops.linear import Linear
+from flashrt_ros.ops.norms import add_rms_norm, rms_norm
+from flashrt_ros.ops.rope import rope_inv_freq
+from flashrt_ros.ops.static_kv_attention import rope_write_and_attend
+from flashrt_ros.runtime.arena import BufferSpec, StateArena
 
 
 @dataclass(frozen=True)
@@ -61,13 +64,15 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
+
+    def add_and_norm(self, x: torch.Tensor, delta: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x + delta, norm(x + delta))`` (``delta`` None: ``(x, norm(x))``), fused on CUDA."""
+        return add_rms_norm(x, delta, self.weight, self.eps, offset=False)
 
 
 class RotaryEmbedding(nn.Module):
-    """cos/sin computed from the position tensor each call (no host ints, no table to size).
+    """Holds the RoPE frequencies; cos/sin come from the position tensor in each attention call.
 
     ``inv_freq`` is kept in float32 whatever the model dtype: call :meth:`reset`
     after moving the model to another dtype or materialising it from ``meta``.
@@ -81,16 +86,6 @@ class RotaryEmbedding(nn.Module):
     def reset(self) -> None:
         self.inv_freq = rope_inv_freq(self.head_dim, self.theta).to(self.inv_freq.device)
 
-    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        return rope_cos_sin(positions, self.inv_freq, dtype)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE on ``x [T, heads, head_dim]`` (HF layout, not interleaved)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
-
 
 class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig, layer: int) -> None:
@@ -98,19 +93,18 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.q_size = cfg.n_heads * cfg.head_dim
         self.kv_size = cfg.n_kv_heads * cfg.head_dim
-        self.wqkv = nn.Linear(cfg.dim, self.q_size + 2 * self.kv_size, bias=False)
-        self.wo = nn.Linear(self.q_size, cfg.dim, bias=False)
-        self.k_name = f"layers.{layer}.kv.k"
-        self.v_name = f"layers.{layer}.kv.v"
+        self.wqkv = Linear(cfg.dim, self.q_size + 2 * self.kv_size, bias=False)
+        self.wo = Linear(self.q_size, cfg.dim, bias=False)
+        self.kv_index = layer             # this layer's slot in the shared KV cache
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
-                sin: torch.Tensor, arena: StateArena) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
+                arena: StateArena) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.wqkv(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rope(q.view(t, self.n_heads, self.head_dim), cos, sin)
-        k = apply_rope(k.view(t, self.n_kv_heads, self.head_dim), cos, sin)
-        v = v.view(t, self.n_kv_heads, self.head_dim)
-        out = write_and_attend(q, k, v, arena[self.k_name], arena[self.v_name], positions)
+        out = rope_write_and_attend(
+            q.view(t, self.n_heads, self.head_dim), k.view(t, self.n_kv_heads, self.head_dim),
+            v.view(t, self.n_kv_heads, self.head_dim), *kv_views(arena, self.kv_index), positions,
+            inv_freq, self.head_dim)
         return self.wo(out)
 
 
@@ -120,15 +114,16 @@ class FeedForward(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.hidden = cfg.intermediate_size
-        self.w13 = nn.Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
-        self.w2 = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
+        self.w13 = Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
+        self.w2 = Linear(cfg.intermediate_size, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.w13(x).split([self.hidden, self.hidden], dim=-1)
-        return self.w2(F.silu(gate) * up)
+        return self.w2(silu_mul(self.w13(x)))
 
 
 class TransformerBlock(nn.Module):
+    """Pre-norm block; the residual stream travels as ``(x, delta)`` so each add fuses with the next norm."""
+
     def __init__(self, cfg: LlamaConfig, layer: int) -> None:
         super().__init__()
         self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
@@ -136,10 +131,11 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
-                sin: torch.Tensor, arena: StateArena) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), positions, cos, sin, arena)
-        return h + self.feed_forward(self.ffn_norm(h))
+    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, positions: torch.Tensor,
+                inv_freq: torch.Tensor, arena: StateArena) -> tuple[torch.Tensor, torch.Tensor]:
+        x, h = self.attention_norm.add_and_norm(x, delta)
+        x, h = self.ffn_norm.add_and_norm(x, self.attention(h, positions, inv_freq, arena))
+        return x, self.feed_forward(h)
 
 
 class Llama(CausalLM):
@@ -152,7 +148,7 @@ class Llama(CausalLM):
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(TransformerBlock(cfg, i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.output = Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
@@ -161,23 +157,17 @@ class Llama(CausalLM):
         return self.config.to_dict()
 
     def state_specs(self, max_context: int) -> list[BufferSpec]:
-        cfg, dtype = self.config, self.state_dtype
-        specs = []
-        for i in range(cfg.n_layers):
-            for part in ("k", "v"):
-                specs.append(BufferSpec(
-                    f"layers.{i}.kv.{part}", (max_context, cfg.n_kv_heads, cfg.head_dim), dtype,
-                    group="kv", live_axis=0, length_from=POSITION, append_only=True,
-                    doc=f"attention {part.upper()} cache of layer {i}"))
-        return specs
+        cfg = self.config
+        return [kv_cache_spec(max_context, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, self.state_dtype)]
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                arena: StateArena) -> torch.Tensor:
-        x = self.tok_embeddings(input_ids)
-        cos, sin = self.rope(positions, x.dtype)
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, arena: StateArena, *,
+                last_only: bool = False) -> torch.Tensor:
+        x, delta = self.tok_embeddings(input_ids), None
         for layer in self.layers:
-            x = layer(x, positions, cos, sin, arena)
-        return self.output(self.norm(x)).float()
+            x, delta = layer(x, delta, positions, self.rope.inv_freq, arena)
+        if last_only:
+            x, delta = x[-1:], delta[-1:]
+        return self.output(self.norm.add_and_norm(x, delta)[1]).float()
 
     # --- weights ------------------------------------------------------------
     @torch.no_grad()

@@ -13,12 +13,13 @@ forward is a split, not a shuffle.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from flashrt_ros.models.hybrid.config import HybridConfig
 from flashrt_ros.models.hybrid.norms import GatedRMSNorm
-from flashrt_ros.ops import causal_conv1d_with_state, chunk_gated_delta_rule, recurrent_gated_delta_step
+from flashrt_ros.ops import causal_conv1d_with_state, chunk_gated_delta_rule
+from flashrt_ros.ops.gated_delta import gated_delta_decode, gdn_gates
+from flashrt_ros.ops.linear import Linear
 from flashrt_ros.runtime.arena import StateArena
 
 
@@ -30,13 +31,13 @@ class GatedDeltaNet(nn.Module):
         self.key_dim, self.value_dim = cfg.linear_key_dim, cfg.linear_value_dim
         self.conv_dim = cfg.conv_dim
         self.chunk_size = cfg.gdn_chunk_size
-        self.in_proj = nn.Linear(cfg.hidden_size, self.conv_dim + self.value_dim + 2 * self.num_v_heads,
+        self.in_proj = Linear(cfg.hidden_size, self.conv_dim + self.value_dim + 2 * self.num_v_heads,
                                  bias=False)
         self.conv_weight = nn.Parameter(torch.zeros(self.conv_dim, cfg.linear_conv_kernel_dim))
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps)
-        self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
+        self.out_proj = Linear(self.value_dim, cfg.hidden_size, bias=False)
         self.recurrent_name = f"layers.{layer}.gdn.recurrent"
         self.conv_name = f"layers.{layer}.gdn.conv"
 
@@ -45,20 +46,18 @@ class GatedDeltaNet(nn.Module):
         mixed, z, b, a = self.in_proj(x).split(
             [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads], dim=-1)
         mixed = causal_conv1d_with_state(mixed, arena[self.conv_name], self.conv_weight)
-        q, k, v = mixed.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        q = q.reshape(t, self.num_k_heads, self.head_k_dim)
-        k = k.reshape(t, self.num_k_heads, self.head_k_dim)
-        v = v.reshape(t, self.num_v_heads, self.head_v_dim)
-        groups = self.num_v_heads // self.num_k_heads
-        if groups > 1:  # each key head serves `groups` consecutive value heads
-            q, k = q.repeat_interleave(groups, dim=1), k.repeat_interleave(groups, dim=1)
-        beta = b.sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         state = arena[self.recurrent_name]
         if t == 1:
-            out, new_state = recurrent_gated_delta_step(q, k, v, g, beta, state)
-        else:
-            out, new_state = chunk_gated_delta_rule(q, k, v, g, beta, state, self.chunk_size)
+            out = gated_delta_decode(mixed[0], z[0], b[0], a[0], self.A_log, self.dt_bias, state,
+                                     self.norm.weight, self.norm.eps, self.num_k_heads, self.head_k_dim,
+                                     self.head_v_dim)
+            return self.out_proj(out.reshape(1, self.value_dim))
+        q, k, v = mixed.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = q.reshape(t, self.num_k_heads, self.head_k_dim)   # each key head serves Hv/Hk value heads
+        k = k.reshape(t, self.num_k_heads, self.head_k_dim)
+        v = v.reshape(t, self.num_v_heads, self.head_v_dim)
+        g, beta = gdn_gates(a, b, self.A_log, self.dt_bias)
+        out, new_state = chunk_gated_delta_rule(q, k, v, g, beta, state, self.chunk_size)
         state.copy_(new_state)
         out = self.norm(out.to(x.dtype), z.reshape(t, self.num_v_heads, self.head_v_dim))
         return self.out_proj(out.reshape(t, self.value_dim))

@@ -6,6 +6,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from flashrt_ros.models.hybrid.config import HybridConfig
+from flashrt_ros.ops.gating import silu_mul
+from flashrt_ros.ops.linear import Linear
 
 
 class SwiGLU(nn.Module):
@@ -14,12 +16,11 @@ class SwiGLU(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
         self.intermediate_size = intermediate_size
-        self.w13 = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
-        self.w2 = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.w13 = Linear(hidden_size, 2 * intermediate_size, bias=False)
+        self.w2 = Linear(intermediate_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.w13(x).split([self.intermediate_size, self.intermediate_size], dim=-1)
-        return self.w2(F.silu(gate) * up)
+        return self.w2(silu_mul(self.w13(x)))
 
 
 class SparseMoE(nn.Module):

@@ -12,37 +12,45 @@ from typing import Any
 import torch
 from torch import nn
 
-from flashrt_ros.models.base import CausalLM
+from flashrt_ros.models.base import CausalLM, kv_cache_spec
 from flashrt_ros.models.hybrid.attention import GatedAttention
 from flashrt_ros.models.hybrid.config import FULL, HybridConfig
 from flashrt_ros.models.hybrid.gated_deltanet import GatedDeltaNet
 from flashrt_ros.models.hybrid.mlp import make_mlp
 from flashrt_ros.models.hybrid.norms import OffsetRMSNorm
-from flashrt_ros.ops import rope_cos_sin, rope_inv_freq
-from flashrt_ros.runtime.arena import POSITION, BufferSpec, StateArena
+from flashrt_ros.ops import rope_inv_freq
+from flashrt_ros.ops.linear import Linear
+from flashrt_ros.ops.norms import add_rms_norm
+from flashrt_ros.runtime.arena import BufferSpec, StateArena
 
 
 class HybridBlock(nn.Module):
-    """Pre-norm residual block: token mixer, then MLP."""
+    """Pre-norm residual block: token mixer, then MLP.
+
+    The residual stream travels as ``(x, delta)``: each block first adds the
+    previous block's output to ``x`` and normalises in one step
+    (``ops.add_rms_norm``), the same arithmetic as ``x = x + delta; norm(x)``.
+    """
 
     def __init__(self, cfg: HybridConfig, layer: int) -> None:
         super().__init__()
         self.is_attention = cfg.layer_types[layer] == FULL
         self.input_layernorm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        kv_index = sum(t == FULL for t in cfg.layer_types[:layer])     # slot in the shared KV cache
         self.mixer: GatedAttention | GatedDeltaNet = (
-            GatedAttention(cfg, layer) if self.is_attention else GatedDeltaNet(cfg, layer))
+            GatedAttention(cfg, kv_index) if self.is_attention else GatedDeltaNet(cfg, layer))
         self.post_attention_layernorm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = make_mlp(cfg, layer)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
-                sin: torch.Tensor, arena: StateArena) -> torch.Tensor:
-        h = self.input_layernorm(x)
+    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, positions: torch.Tensor,
+                inv_freq: torch.Tensor, arena: StateArena) -> tuple[torch.Tensor, torch.Tensor]:
+        x, h = self.input_layernorm.add_and_norm(x, delta)
         if self.is_attention:
-            h = self.mixer(h, positions, cos, sin, arena)
+            h = self.mixer(h, positions, inv_freq, arena)
         else:
             h = self.mixer(h, arena)
-        x = x + h
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x, h = self.post_attention_layernorm.add_and_norm(x, h)
+        return x, self.mlp(h)
 
 
 class HybridCausalLM(CausalLM):
@@ -62,7 +70,7 @@ class HybridCausalLM(CausalLM):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(HybridBlock(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(cfg.rotary_dim, cfg.rope_theta), persistent=False)
@@ -81,13 +89,7 @@ class HybridCausalLM(CausalLM):
         cfg, dtype = self.config, self.state_dtype
         specs: list[BufferSpec] = []
         for i, block in enumerate(self.layers):
-            if block.is_attention:
-                for part in ("k", "v"):
-                    specs.append(BufferSpec(
-                        f"layers.{i}.kv.{part}", (max_context, cfg.num_key_value_heads, cfg.head_dim), dtype,
-                        group="kv", live_axis=0, length_from=POSITION, append_only=True,
-                        doc=f"attention {part.upper()} cache of layer {i}"))
-            else:
+            if not block.is_attention:
                 specs.append(BufferSpec(
                     f"layers.{i}.gdn.recurrent",
                     (cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim),
@@ -95,12 +97,16 @@ class HybridCausalLM(CausalLM):
                 specs.append(BufferSpec(
                     f"layers.{i}.gdn.conv", (cfg.conv_dim, cfg.linear_conv_kernel_dim - 1), dtype,
                     group="conv", doc=f"last conv inputs of layer {i}"))
+        attention_layers = sum(block.is_attention for block in self.layers)
+        if attention_layers:
+            specs.append(kv_cache_spec(max_context, attention_layers, cfg.num_key_value_heads, cfg.head_dim, dtype))
         return specs
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                arena: StateArena) -> torch.Tensor:
-        x = self.embed_tokens(input_ids)
-        cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, arena: StateArena, *,
+                last_only: bool = False) -> torch.Tensor:
+        x, delta = self.embed_tokens(input_ids), None
         for layer in self.layers:
-            x = layer(x, positions, cos, sin, arena)
-        return self.lm_head(self.norm(x)).float()
+            x, delta = layer(x, delta, positions, self.inv_freq, arena)
+        if last_only:
+            x, delta = x[-1:], delta[-1:]
+        return self.lm_head(self.norm.add_and_norm(x, delta)[1]).float()

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from flashrt_ros.ops import gated_rms_norm, offset_rms_norm
+from flashrt_ros.ops.norms import add_rms_norm
 
 
 class OffsetRMSNorm(nn.Module):
@@ -17,6 +18,10 @@ class OffsetRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return offset_rms_norm(x, self.weight, self.eps)
+
+    def add_and_norm(self, x: torch.Tensor, delta: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x + delta, norm(x + delta))`` (``delta`` None: ``(x, norm(x))``), fused on CUDA."""
+        return add_rms_norm(x, delta, self.weight, self.eps, offset=True)
 
 
 class GatedRMSNorm(nn.Module):
