@@ -39,3 +39,33 @@ def test_restore_under_captured_graphs_reproduces_tokens():
     graph.restore("g")
     assert graph.generate([], max_new_tokens=12, stop_ids=[]).token_ids == rest
     assert graph.verify("g").ok
+
+
+def test_prefill_graph_of_a_chunk_that_fills_the_context_captures_and_matches_eager():
+    model, tok, _, fp = load_model("random-hybrid-tiny", device="cuda", seed=0)
+    make = lambda graphs: LLMEngine(model, tok, max_context=64, device="cuda", prefill_chunk=32,  # noqa: E731
+                                    fingerprint_inputs=fp, cuda_graphs=graphs)
+    ids = [(7 * i) % 250 + 3 for i in range(60)]             # chunks 32 + 16 + 8 + 4: the context fills up
+    runs = []
+    for graphs in (False, True):
+        engine = make(graphs)
+        assert engine.prefill(ids) == 60
+        runs.append([engine.decode_step(greedy=True) for _ in range(4)])
+    assert runs[0] == runs[1]
+    assert sorted(engine._prefill_runners) == [4, 8, 16, 32]
+
+
+def test_warm_up_captures_every_graph_and_changes_no_state():
+    _, engine = engines("random-llama-tiny")
+    engine.generate(PROMPT, max_new_tokens=3, stop_ids=[])      # captures some graphs on first use
+    engine.snapshot("before")
+    engine.warm_up()
+    runners = [*engine._runners.values(), *engine._prefill_runners.values()]
+    assert sorted(engine._prefill_runners) == [1, 2, 4, 8, 16]  # every length of a 16-token chunking
+    assert all(r.graph is not None for r in runners)
+    assert engine.verify("before", against_live=True).ok
+    assert engine.warm_up() == 0                                # nothing left to capture
+    _, fresh = engines("random-llama-tiny")
+    fresh.generate(PROMPT, max_new_tokens=3, stop_ids=[])
+    assert engine.generate(" more", max_new_tokens=8, stop_ids=[]).token_ids == \
+        fresh.generate(" more", max_new_tokens=8, stop_ids=[]).token_ids

@@ -85,6 +85,11 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> "EngineHost
                            cuda_graphs=device.type == "cuda", verb_timeout_s=config.boundary_timeout_s,
                            store_config=StoreConfig(directory=directory, rollback_depth=config.rollback_depth,
                                                     default_tier=config.default_tier, **budgets))
+        if engine.cuda_graphs:
+            t0 = time.perf_counter()
+            captured = engine.warm_up()
+            log(f"captured {captured} CUDA graphs (decode, draw, prefill lengths up to "
+                f"{config.prefill_chunk}) in {time.perf_counter() - t0:.1f} s")
         return EngineHost(engine, "llm", config.model, directory)
     if config.engine_kind == "policy":
         from flashrt_ros.engine.policy_engine import PolicyEngine

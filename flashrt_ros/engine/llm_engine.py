@@ -14,6 +14,11 @@ Why it looks like this:
   from ``meta.position`` as a tensor: fixed shapes, no host sync, capturable as
   CUDA graphs (``cuda_graphs=True``). The one host read per step is at the
   boundary, where the engine must look at the new token (stop ids, callback).
+- With graphs, one graph per step shape serves every position: decode, the
+  first-token draw, and prefill chunks. Prompt ids are copied into a static
+  feed buffer before a chunk's replay; a prompt is cut into full chunks plus
+  its remainder as descending powers of two, so at most
+  ``log2(prefill_chunk) + 2`` prefill graphs exist (``chunk_lengths``).
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ import torch
 
 from flashrt_ros import __version__
 from flashrt_ros.engine.config import GenerationResult, StoreConfig
-from flashrt_ros.engine.graphs import StepRunner
+from flashrt_ros.engine.graphs import StepRunner, chunk_lengths
 from flashrt_ros.engine.sampling import SamplingParams, greedy_token, sample_token
 from flashrt_ros.engine.state import (HAS_PENDING, LAST_TOKEN, LOGITS, PENDING, PROMPT_LENGTH,
                                       RNG_COUNTER, RNG_SEED, TEMPERATURE, TOKENS, TOP_K, TOP_P,
@@ -42,6 +47,10 @@ from flashrt_ros.runtime.fingerprint import compute_fingerprint
 from flashrt_ros.runtime.store import CapsuleStore
 
 OnToken = Callable[[int, str], None]
+
+
+def _powers_of_two_upto(n: int) -> list[int]:
+    return [1 << i for i in range(max(n, 1).bit_length()) if 1 << i <= n]
 ShouldStop = Callable[[], bool]
 
 
@@ -84,15 +93,21 @@ class LLMEngine:
         self.gate = BoundaryGate()
         self.stats = LatencyStats()
         self._arange = torch.arange(max(prefill_chunk, 1), device=self.device)
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self._feed = torch.zeros(max(prefill_chunk, 1), dtype=torch.int64, device=self.device)
+        pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
+        self._step_runner = lambda body: StepRunner(body, self.arena, enabled=self.cuda_graphs, pool=pool)
+        self._prefill_runners: dict[int, StepRunner] = {}
         self._writes = 0                      # bumped by verbs that replace the live state
         self._generating = threading.Event()
         self._driver = threading.RLock()      # one thread drives steps at a time
         self._last_result: dict[str, Any] = {}
+        self._host_scalars: tuple[tuple[int, int], tuple[int, int]] | None = None   # (version, scalars)
         self._runners = {
-            ("draw", True): StepRunner(lambda: self._draw(True), self.arena, enabled=cuda_graphs),
-            ("draw", False): StepRunner(lambda: self._draw(False), self.arena, enabled=cuda_graphs),
-            ("decode", True): StepRunner(lambda: self._decode(True), self.arena, enabled=cuda_graphs),
-            ("decode", False): StepRunner(lambda: self._decode(False), self.arena, enabled=cuda_graphs),
+            ("draw", True): self._step_runner(lambda: self._draw(True)),
+            ("draw", False): self._step_runner(lambda: self._draw(False)),
+            ("decode", True): self._step_runner(lambda: self._decode(True)),
+            ("decode", False): self._step_runner(lambda: self._decode(False)),
         }
         self._cold_start()
 
@@ -116,7 +131,7 @@ class LLMEngine:
         position = a[POSITION].view(1)
         token = a[PENDING].view(1)
         a[TOKENS].index_copy_(0, position, token)
-        logits = self.model(token, position, a)
+        logits = self.model(token, position, a, last_only=True)
         a[LOGITS].copy_(logits[-1])
         a[LAST_TOKEN].copy_(a[PENDING])
         a[HAS_PENDING].zero_()
@@ -126,17 +141,29 @@ class LLMEngine:
         self._consume_pending()
         self._draw(greedy)
 
-    def _prefill_body(self, ids: torch.Tensor) -> None:
-        """Feed ``ids [T]`` at positions ``position .. position+T-1``."""
+    def _prefill_body(self, t: int) -> None:
+        """Feed the first ``t`` ids of the static feed buffer at positions ``position .. position+t-1``."""
         a = self.arena
-        t = ids.shape[0]
+        ids = self._feed[:t]
         positions = a[POSITION] + self._arange[:t]
         a[TOKENS].index_copy_(0, positions, ids)
-        logits = self.model(ids, positions, a)
+        logits = self.model(ids, positions, a, last_only=True)
         a[LOGITS].copy_(logits[-1])
         a[LAST_TOKEN].copy_(ids[-1])
         a[HAS_PENDING].zero_()
         a[POSITION].add_(t)
+
+    def _prefill_runner(self, t: int) -> StepRunner:
+        runner = self._prefill_runners.get(t)
+        if runner is None:
+            runner = self._prefill_runners[t] = self._step_runner(lambda: self._prefill_body(t))
+        return runner
+
+    def _prefill_chunk(self, chunk: torch.Tensor) -> None:
+        """One prefill step: copy ``chunk`` into the feed buffer, run (or replay) the body of its length."""
+        t = chunk.shape[0]
+        self._feed[:t].copy_(chunk)
+        self._prefill_runner(t)()
 
     # --------------------------------------------------------------- boundaries
     def _commit(self) -> None:
@@ -151,10 +178,16 @@ class LLMEngine:
             pass
 
     def _run_step(self, kind: str, body: Callable[[], None], *, emits: bool,
-                  report: Callable[[int], None] | None = None) -> int | None:
-        """One committed step: body, host read of the new token, report, commit."""
+                  report: Callable[[int], None] | None = None,
+                  after: tuple[int, int] | None = None) -> int | None:
+        """One committed step: body, host read of the new token, report, commit.
+
+        ``after``: ``(position, has_pending)`` once the step has committed, kept on
+        the host so the next step need not read them from the device.
+        """
         with self.gate.step():
             start = time.perf_counter()
+            self.store.ring.before_step()
             try:
                 with torch.no_grad():
                     body()
@@ -164,6 +197,7 @@ class LLMEngine:
                 if report is not None and token is not None:
                     report(token)
                 self._commit()
+                self._host_scalars = None if after is None else (self._version(), after)
             except BaseException:
                 self._abort_step()
                 raise
@@ -181,7 +215,21 @@ class LLMEngine:
             self._driver.release()
 
     def _scalars(self) -> tuple[int, int]:
-        """``(position, has_pending)`` in one host read (call at a boundary)."""
+        """``(position, has_pending)`` at a boundary: as the last step left them, else one device read.
+
+        Why keep them on the host: a decode step would otherwise start with a
+        device-to-host sync. Any write of the state from outside the engine's
+        steps changes ``_version()`` and so discards the kept values.
+        """
+        kept = self._host_scalars
+        if kept is not None and kept[0] == self._version():
+            return kept[1]
+        scalars = self._read_scalars()
+        self._host_scalars = (self._version(), scalars)
+        return scalars
+
+    def _read_scalars(self) -> tuple[int, int]:
+        """``(position, has_pending)`` read from the device now."""
         position, has_pending = torch.stack([self.arena[POSITION], self.arena[HAS_PENDING]]).tolist()
         return int(position), int(has_pending)
 
@@ -191,8 +239,7 @@ class LLMEngine:
         self.arena.zero_()
         self.arena[TOP_P].fill_(1.0)
         self.arena[BOUNDARY].fill_(boundary + 1)
-        self.store.ring.invalidate()
-        self.store.ring.record()
+        self.store.ring.restart()
 
     def _write_sampling(self, params: SamplingParams) -> None:
         a = self.arena
@@ -235,18 +282,54 @@ class LLMEngine:
             if bad:
                 raise InvalidArgument(f"token ids out of range [0, {self.model.vocab_size}): {bad[:5]}")
             tensor = torch.tensor(feed, dtype=torch.int64, device=self.device)
-            chunks = [tensor[i:i + self.prefill_chunk] for i in range(0, len(feed), self.prefill_chunk)]
+            chunks, offset = [], 0
+            for n in chunk_lengths(len(feed), self.prefill_chunk):
+                chunks.append(tensor[offset:offset + n])
+                offset += n
             first = chunks.pop(0)
             if self._version() != version or (should_stop is not None and should_stop()):
                 return 0
-            self._run_step("prefill_chunk", lambda: self._prefill_body(first), emits=False)
-        fed = first.shape[0]
+            fed = first.shape[0]
+            self._run_step("prefill_chunk", lambda: self._prefill_chunk(first), emits=False,
+                           after=(position + fed, 0))
         for chunk in chunks:
             if self._version() != version or (should_stop is not None and should_stop()):
                 break
-            self._run_step("prefill_chunk", lambda c=chunk: self._prefill_body(c), emits=False)
             fed += chunk.shape[0]
+            self._run_step("prefill_chunk", lambda c=chunk: self._prefill_chunk(c), emits=False,
+                           after=(position + fed, 0))
         return fed
+
+    def warm_up(self, *, timeout: float | None = None) -> int:
+        """Capture every step graph now (decode, draw, each prefill length) instead of on first use.
+
+        Changes no state (each capture runs on a copy that is put back). Returns
+        how many graphs were captured; 0 without CUDA graphs. Call it after
+        loading (the node does, on configure) so the first request is not slowed
+        by capture and kernel autotuning.
+        """
+        if not self.cuda_graphs:
+            return 0
+
+        def capture_all() -> int:
+            saved = self.arena.block.clone()
+            try:
+                self.arena[POSITION].zero_()          # every prefill length must fit below max_context
+                lengths = {n for n in _powers_of_two_upto(self.prefill_chunk) if n <= self.max_context}
+                if self.prefill_chunk <= self.max_context:
+                    lengths.add(self.prefill_chunk)
+                runners = [*self._runners.values(), *(self._prefill_runner(n) for n in sorted(lengths))]
+                count = 0
+                with torch.no_grad():
+                    for runner in runners:
+                        count += runner.capture()
+                return count
+            finally:
+                self.arena.block.copy_(saved)
+                torch.cuda.current_stream().synchronize()
+
+        with self._driving():
+            return self._at_boundary(capture_all, timeout=timeout)
 
     def decode_step(self, *, greedy: bool | None = None, report: Callable[[int], None] | None = None) -> int:
         """Emit one token: consume the pending token (if any), then sample; returns the token.
@@ -261,7 +344,7 @@ class LLMEngine:
             greedy = self._greedy_now() if greedy is None else greedy
             runner = self._runners[("decode" if has_pending else "draw", greedy)]
             return self._run_step("decode" if has_pending else "first_token", runner, emits=True,
-                                  report=report)
+                                  report=report, after=(position + has_pending, 1))
 
     def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 256,
                  sampling: SamplingParams | None = None, stop_ids: Sequence[int] | None = None,
@@ -357,6 +440,7 @@ class LLMEngine:
                 raise ContextOverflow(f"prompt of {len(ids)} tokens does not fit: position {position}, "
                                       f"max_context {self.max_context}")
             if sampling is not None or ids:
+                self.store.ring.before_step()
                 if sampling is not None:
                     self._write_sampling(sampling)
                 if ids:
@@ -436,7 +520,7 @@ class LLMEngine:
     def status(self) -> dict[str, Any]:
         """Diagnostics; reads scalars without waiting for a boundary, so may be one step stale."""
         a = self.arena
-        position, has_pending = self._scalars()
+        position, has_pending = self._read_scalars()
         return {
             "position": position,
             "boundary": int(a[BOUNDARY].item()),

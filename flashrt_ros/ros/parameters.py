@@ -39,7 +39,8 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("max_context", 2048, "LLM context length (static KV rows per attention layer).", True,
              int_range=(16, 262144)),
     ParamDef("prefill_chunk", 256, "Prompt tokens per prefill chunk; a committed boundary follows "
-             "each chunk.", True, int_range=(1, 65536)),
+             "each chunk. A remainder is cut into powers of two (on CUDA one graph per length, "
+             "all captured on configure).", True, int_range=(1, 65536)),
     ParamDef("max_new_tokens", 128, "Default for Generate goals that leave max_new_tokens at 0.",
              int_range=(1, 262144)),
     ParamDef("capsule_device_budget_mb", 1024, "Byte budget of the device-resident capsule tier "
