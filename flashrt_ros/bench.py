@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import torch
 
+from flashrt_ros.benchmarks.anatomy import decode_anatomy
 from flashrt_ros.benchmarks.budget import TimeBudget
 from flashrt_ros.benchmarks.measure import RunSettings, measure_hf, measure_ours
 from flashrt_ros.benchmarks.models import (MODELS, ModelPair, build_hybrid, build_smollm2, parameter_count,
@@ -31,6 +32,7 @@ from flashrt_ros.benchmarks.models import (MODELS, ModelPair, build_hybrid, buil
 from flashrt_ros.benchmarks.report import plot, render
 from flashrt_ros.benchmarks.timing import copy_bandwidth
 from flashrt_ros.models.base import FingerprintInputs
+from flashrt_ros.ops.triton import fast_kernels, triton_available
 
 DEFAULT_CONTEXTS = (2048, 4096, 8192, 16384)
 QUICK_CONTEXTS = (32, 64)
@@ -62,7 +64,8 @@ def machine_info(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     info.update({"dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
                  "transformers": _version("transformers"), "fla": _version("flash-linear-attention"),
                  "causal-conv1d": _version("causal-conv1d"), "python": platform.python_version()})
-    info["our gated-delta kernels"] = "fla" if device.type == "cuda" and fla_available() else "torch reference"
+    info["our gated-delta kernels"] = ("fla (prefill), triton (decode)" if device.type == "cuda" and fla_available()
+                                       else "torch reference")
     info["HF gated-delta kernels"] = ("fla (picked up automatically)" if fla_available()
                                       else "torch reference (fla not importable)")
     return info
@@ -80,13 +83,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=None, help="TTFT repetitions, median (default 5; --quick 2)")
     p.add_argument("--capsule-reps", type=int, default=None,
                    help="snapshot/restore repetitions, median (default 50; --quick 10)")
-    p.add_argument("--prefill-chunk", type=int, default=None, help="our prefill chunk (default 2048; --quick 16)")
+    p.add_argument("--prefill-chunk", type=int, default=None, help="our prefill chunk (default 8192 on CUDA, else 2048; --quick 16)")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     p.add_argument("--quick", action="store_true", help="tiny configs and short contexts (CPU smoke test)")
     p.add_argument("--smollm2-random", action="store_true",
                    help="random weights of SmolLM2's shape (with a transformers twin) instead of the real GGUF")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
-    p.add_argument("--no-cuda-graphs", action="store_true", help="run our decode eagerly")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="run our steps eagerly")
+    p.add_argument("--no-fast-kernels", action="store_true",
+                   help="our CUDA path without the triton kernels (the torch reference ops; for comparison)")
     p.add_argument("--time-budget-s", type=float, default=450.0,
                    help="skip measurements that would end the run past this (default 450 s)")
     p.add_argument("--bandwidth-mib", type=int, default=None, help="copy size of the bandwidth probe "
@@ -99,7 +104,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.contexts = args.contexts or list(QUICK_CONTEXTS if args.quick else DEFAULT_CONTEXTS)
     args.reps = args.reps or (2 if args.quick else 5)
     args.capsule_reps = args.capsule_reps or (10 if args.quick else 50)
-    args.prefill_chunk = args.prefill_chunk or (16 if args.quick else 2048)
+    args.prefill_chunk = args.prefill_chunk or (16 if args.quick else 8192 if args.device.type == "cuda" else 2048)
     args.bandwidth_mib = args.bandwidth_mib or (1024 if args.device.type == "cuda" else 64)
     if min(args.contexts) < 1 or args.reps < 1 or args.capsule_reps < 1:
         p.error("contexts and repetitions must be >= 1")
@@ -123,8 +128,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     machine["copy bandwidth (read+write)"] = f"{bandwidth / 1e9:.1f} GB/s ({args.bandwidth_mib} MiB copy)"
     log(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     graphs = args.device.type == "cuda" and not args.no_cuda_graphs
+    fast = args.device.type == "cuda" and triton_available() and not args.no_fast_kernels
     machine["our decode"] = "CUDA-graph replay" if graphs else "eager"
-    machine["our prefill"] = f"eager, chunks of {args.prefill_chunk} tokens"
+    machine["our prefill"] = (f"{'CUDA-graph replay' if graphs else 'eager'} per chunk, chunks of "
+                              f"{args.prefill_chunk} tokens (remainder in powers of two)")
+    machine["our fused kernels"] = (f"triton {_version('triton')}" if fast
+                                    else "off (torch reference ops)")
     settings = RunSettings(args.device, args.reps, args.capsule_reps, args.prefill_chunk, graphs, args.seed)
     models, rows = [], []
     notes = list(budget.notes)
@@ -140,6 +149,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "hf": f"{type(pair.hf).__name__}, same weights" if hf is not None else hf_reason})
         floor_ms = weight_bytes / bandwidth * 1e3
         fp = FingerprintInputs.from_model(pair.ours)
+        if args.device.type == "cuda" and budget.allows("anatomy:" + name, 1, f"decode anatomy {pair.name}"):
+            t0 = budget.elapsed()
+            with fast_kernels(fast):
+                anatomy = decode_anatomy(pair.ours, min(args.contexts), args.device)
+            models[-1]["decode_anatomy"] = {"position": min(args.contexts), **anatomy}
+            budget.record("anatomy:" + name, 1, budget.elapsed() - t0)
+            log(f"{pair.name} decode anatomy: {anatomy}")
         for context in args.contexts:
             row: dict[str, Any] = {"model": pair.name, "context": context, "decode_floor_ms": floor_ms}
             label = f"{pair.name} @ {context}"
@@ -147,7 +163,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"{label}: ours ...")
                 t0 = budget.elapsed()
                 try:
-                    row.update(measure_ours(pair.ours, context, settings, fp))
+                    with fast_kernels(fast):
+                        row.update(measure_ours(pair.ours, context, settings, fp))
                 except torch.cuda.OutOfMemoryError as exc:
                     notes.append(f"ours {label}: out of memory ({exc})")
                 # one-off compilation in the warm-up must not inflate the estimate for longer contexts

@@ -57,6 +57,16 @@ def render(machine: dict[str, Any], models: list[dict[str, Any]], rows: list[dic
             _f(_ratio(get(r, "decode_ms"), get(r, "decode_floor_ms")), "{:.1f}x")] for r in rows]
     out += ["", "## Decode at batch 1 (ms/token)", "",
             _table(["model", "context", "(d) decode step", "weight-read floor", "decode/floor"], dec)]
+    anatomy = [m for m in models if m.get("decode_anatomy")]
+    if anatomy:
+        kinds = ("gemm", "triton (ours)", "fla", "other")
+        body = [[m["name"], str(m["decode_anatomy"]["position"]), _f(m["decode_anatomy"]["kernels"], "{:.0f}"),
+                 _f(m["decode_anatomy"]["kernel_ms"], "{:.3f}")]
+                + [f"{m['decode_anatomy'][k + ' kernels']:.0f} / {m['decode_anatomy'][k + ' ms']:.3f}" for k in kinds]
+                for m in anatomy]
+        out += ["", "### Decode step anatomy (one eager model forward, profiler)", "",
+                _table(["model", "position", "kernels", "sum of kernel time (ms)"]
+                       + [f"{k}: kernels / ms" for k in kinds], body)]
     cap = [[r["model"], str(r["context"]), _f(None if get(r, "capsule_bytes") is None
                                               else get(r, "capsule_bytes") / 2**20, "{:.3f}"),
             _f(get(r, "snapshot_ms"), "{:.3f}"), _f(get(r, "restore_ms"), "{:.3f}"),

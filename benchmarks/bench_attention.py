@@ -1,0 +1,63 @@
+"""Prefill attention over the static KV cache: our triton kernel's block configs vs SDPA flash.
+
+For the two model shapes (hybrid: 8 q / 2 kv heads, dim 256; SmolLM2: 9 / 3, dim 64)
+and a 2048-token chunk at start 0 and at start 14336 (16k context), prints the
+median time (CUDA events, 20 reps) of each config of ``_prefill_config``, and of
+``F.scaled_dot_product_attention`` on the live keys with a lower-right causal
+mask (what a flash kernel does when the position is known on the host).
+Run on a GPU: ``python benchmarks/bench_attention.py``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+import flashrt_ros.ops.triton.attention as attention
+from flashrt_ros.benchmarks.timing import median_event_ms
+
+SHAPES = {"hybrid": (8, 2, 256), "smollm2": (9, 3, 64)}
+CONFIGS = {256: [(64, 32, 8, 2), (64, 64, 8, 2), (128, 32, 8, 2), (64, 32, 4, 3), (128, 64, 8, 2)],
+           64: [(128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3),
+                (64, 128, 4, 2)]}
+T, S = 2048, 16384 + 64
+CUDA = torch.device("cuda")
+
+
+def _ms(fn) -> float:
+    return median_event_ms(fn, 20, CUDA)
+
+
+def main() -> None:
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    original = attention._prefill_config
+    for name, (h, kv, d) in SHAPES.items():
+        k_cache = torch.randn(S, kv, d, device="cuda", dtype=torch.bfloat16)
+        v_cache = torch.randn(S, kv, d, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(T, h, d, device="cuda", dtype=torch.bfloat16)
+        for start in (0, 14336):
+            pos = torch.tensor(start, device="cuda")
+            end = start + T
+            flops = 4 * h * d * (T * start + T * T / 2)
+            qs = q.transpose(0, 1).unsqueeze(0)
+            ks = k_cache[:end].transpose(0, 1).unsqueeze(0)
+            vs = v_cache[:end].transpose(0, 1).unsqueeze(0)
+            bias = causal_lower_right(T, end)
+            sdpa = _ms(lambda: F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias, enable_gqa=True))
+            ref = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias, enable_gqa=True)[0].transpose(0, 1)
+            print(f"{name} T={T} start={start}: SDPA {sdpa:.3f} ms ({flops / sdpa / 1e9:.0f} TFLOP/s)")
+            for cfg in CONFIGS[d]:
+                attention._prefill_config = lambda head_dim, n, c=cfg: (min(c[0], max(16, n)), *c[1:])
+                try:
+                    ms = _ms(lambda: attention.static_kv_attention(q, k_cache, v_cache, pos))
+                    out = attention.static_kv_attention(q, k_cache, v_cache, pos)
+                    err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+                    print(f"  config {cfg}: {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s), rel err {err:.1e}")
+                except Exception as exc:          # a config that does not fit (shared memory)
+                    print(f"  config {cfg}: failed ({type(exc).__name__}: {str(exc)[:80]})")
+                finally:
+                    attention._prefill_config = original
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Where a batch-1 decode step's wall time goes: the captured graph vs the engine around it.
+
+Builds the hybrid 0.81B benchmark model (random weights, bf16), prefills 2048
+tokens, then times (medians of 50):
+  - ``decode_step``: the engine's whole step, as ``flashrt-bench`` column (d);
+  - the decode graph's replay alone (CUDA events: device time of the step's kernels);
+  - replay plus the host read of the token (what any engine must do per token).
+The differences are the engine's host work per step (gate, ring record, commit)
+and the launch gaps inside the graph. Run on a GPU:
+``python benchmarks/bench_decode_overhead.py``.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from flashrt_ros.benchmarks.models import build_hybrid
+from flashrt_ros.benchmarks.measure import prompt_ids
+from flashrt_ros.engine.llm_engine import LLMEngine
+from flashrt_ros.engine.state import PENDING
+from flashrt_ros.models.tokenizer import ByteTokenizer
+
+REPS = 50
+
+
+def _wall(fn) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def main() -> None:
+    pair = build_hybrid(torch.device("cuda"), torch.bfloat16, 0, quick=False)
+    eng = LLMEngine(pair.ours, ByteTokenizer(), max_context=2048 + 3 * REPS + 64, device="cuda",
+                    prefill_chunk=2048, cuda_graphs=True)
+    eng.prefill(prompt_ids(pair.ours.vocab_size, 2048, 0, torch.device("cpu")).tolist())
+    for _ in range(3):
+        eng.decode_step(greedy=True)
+    step = statistics.median(_wall(lambda: eng.decode_step(greedy=True)) for _ in range(REPS))
+    graph = eng._runners[("decode", True)].graph          # the captured decode step (benchmark-only access)
+    events = []
+    for _ in range(REPS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        events.append(a.elapsed_time(b))
+    replay = statistics.median(events)
+    with_read = statistics.median(_wall(lambda: (graph.replay(), int(eng.arena[PENDING].item())))
+                                  for _ in range(REPS))
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; hybrid-0.81B bf16 at position ~2100")
+    print("| what | ms | share of decode_step |")
+    print("|---|---|---|")
+    for name, ms in (("decode_step (engine, column d)", step), ("graph replay, device time", replay),
+                     ("graph replay + token read, wall", with_read)):
+        print(f"| {name} | {ms:.3f} | {ms / step:.0%} |")
+    print(f"| engine host work per step (d - replay+read) | {step - with_read:.3f} | {(step - with_read) / step:.0%} |")
+
+
+if __name__ == "__main__":
+    main()

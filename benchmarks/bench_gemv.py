@@ -1,0 +1,74 @@
+"""Batch-1 matrix-vector products: cuBLAS (F.linear) vs our triton GEMV, on the decode shapes.
+
+Prints a table (median of CUDA-graph replays of 20 back-to-back products, so launch
+gaps are small), the achieved read bandwidth and the ratio. Run on a GPU:
+    python benchmarks/bench_gemv.py
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from flashrt_ros.ops.triton.gemv import gemv, gemv_config
+
+SHAPES = {  # (out N, in K): hybrid 0.81B and SmolLM2-135M decode projections
+    "hybrid in_proj": (8224, 1024), "hybrid out_proj": (1024, 2048), "hybrid w13": (7168, 1024),
+    "hybrid w2": (1024, 3584), "hybrid wqkv": (5120, 1024), "hybrid lm_head": (151936, 1024),
+    "smollm2 wqkv": (960, 576), "smollm2 wo": (576, 576), "smollm2 w13": (3072, 576), "smollm2 w2": (576, 1536),
+    "smollm2 lm_head": (49152, 576),
+}
+REPEAT = 20
+
+
+def graph_ms(fn) -> float:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(REPEAT):
+            fn()
+    times = []
+    for _ in range(30):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); g.replay(); b.record(); b.synchronize()
+        times.append(a.elapsed_time(b) / REPEAT)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("| shape | N x K | cuBLAS us | GB/s | triton us | GB/s | triton/cuBLAS | max rel err |")
+    print("|---|---|---|---|---|---|---|---|")
+    total = {"cublas": 0.0, "triton": 0.0}
+    for name, (n, k) in SHAPES.items():
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(4)]
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        i = iter(range(10**9))
+        t_cublas = graph_ms(lambda: F.linear(x, ws[next(i) % 4]))
+        t_triton = graph_ms(lambda: gemv(x, ws[next(i) % 4]))
+        ref = F.linear(x.float(), ws[0].float())
+        err = ((gemv(x, ws[0]).float() - ref).norm() / ref.norm()).item()
+        gb = n * k * 2 / 1e9
+        total["cublas"] += t_cublas
+        total["triton"] += t_triton
+        print(f"| {name} | {n} x {k} | {t_cublas * 1e3:.1f} | {gb / t_cublas * 1e3:.0f} | {t_triton * 1e3:.1f} | "
+              f"{gb / t_triton * 1e3:.0f} | {t_triton / t_cublas:.2f} | {err:.1e} |")
+    print(f"sum over shapes: cuBLAS {total['cublas'] * 1e3:.1f} us, triton {total['triton'] * 1e3:.1f} us")
+    # a few configs of the largest and smallest hybrid shapes
+    for name in ("hybrid in_proj", "hybrid w2", "hybrid lm_head"):
+        n, k = SHAPES[name]
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        for cfg in ((4, 512, 4, 3), (8, 512, 4, 3), (8, 256, 4, 4), (16, 256, 8, 3), (2, 1024, 4, 3),
+                    (4, 1024, 8, 2), (1, 1024, 4, 3)):
+            i = iter(range(10**9))
+            t = graph_ms(lambda: gemv(x, ws[next(i) % 4], cfg))
+            print(f"  {name} config {cfg}: {t * 1e3:.1f} us, {n * k * 2 / 1e9 / t * 1e3:.0f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
