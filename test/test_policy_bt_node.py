@@ -95,8 +95,9 @@ def test_example_tree_runs_interrupt_cycles_against_the_node(policy_node):
     spec = importlib.util.spec_from_file_location("bt_example", REPO / "examples" / "interrupt_and_resume.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    counts = example.run(f"{policy_node.namespace}/flashrt", seconds=2.6)
-    assert counts["succeeded"] == 2 and counts["failed"] == 0
+    # a cycle is 1.2 s of timers plus four service calls: 4 s leaves room for a loaded 2-core CI
+    counts = example.run(f"{policy_node.namespace}/flashrt", seconds=4.0)
+    assert counts["succeeded"] >= 2 and counts["failed"] == 0
     assert counts["world_steps"] > 30, "the node's actions must drive the simulated world"
 
 
