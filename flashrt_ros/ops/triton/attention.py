@@ -42,7 +42,8 @@ def _prefill_config(head_dim: int, n_queries: int) -> tuple[int, int, int, int]:
 
     Picked on an H200 with benchmarks/bench_attention.py (2048-token chunk at
     start 14336): dim 256 (128, 64, 8, 2) at 433 TFLOP/s, dim 64 (64, 64, 4, 3)
-    at 238 TFLOP/s; both beat SDPA's flash kernel on the same keys there.
+    at 238 TFLOP/s; both beat SDPA's flash kernel on the same keys there. Dim 128
+    takes the dim-256 config (not measured).
     """
     if head_dim >= 128:
         block_m, block_n, num_warps, num_stages = 128, 64, 8, 2
