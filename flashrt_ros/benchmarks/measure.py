@@ -72,7 +72,7 @@ def measure_ours(model: CausalLM, context: int, s: RunSettings, fp: FingerprintI
         eng.prefill(ids)
         return eng.decode_step(greedy=True)
 
-    warmup_s = wall_ms(cold, dev)[0] / 1e3         # warm-up: kernel autotune, graph capture of "draw"
+    warmup_s = wall_ms(cold, dev)[0] / 1e3         # warm-up: compile, autotune, capture prefill/draw graphs
     cold_ms, firsts = [], []
     for _ in range(s.reps):
         ms, token = wall_ms(cold, dev)

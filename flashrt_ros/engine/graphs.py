@@ -82,3 +82,9 @@ def chunk_lengths(n: int, max_chunk: int) -> list[int]:
             rest -= bit
         bit >>= 1
     return lengths
+
+
+def prefill_lengths(max_chunk: int) -> list[int]:
+    """Every chunk length ``chunk_lengths`` can produce for ``max_chunk``, ascending."""
+    powers = [1 << i for i in range(max_chunk.bit_length()) if 1 << i < max_chunk]
+    return powers + [max_chunk]

@@ -31,7 +31,7 @@ import torch
 
 from flashrt_ros import __version__
 from flashrt_ros.engine.config import GenerationResult, StoreConfig
-from flashrt_ros.engine.graphs import StepRunner, chunk_lengths
+from flashrt_ros.engine.graphs import StepRunner, chunk_lengths, prefill_lengths
 from flashrt_ros.engine.sampling import SamplingParams, greedy_token, sample_token
 from flashrt_ros.engine.state import (HAS_PENDING, LAST_TOKEN, LOGITS, PENDING, PROMPT_LENGTH,
                                       RNG_COUNTER, RNG_SEED, TEMPERATURE, TOKENS, TOP_K, TOP_P,
@@ -47,10 +47,6 @@ from flashrt_ros.runtime.fingerprint import compute_fingerprint
 from flashrt_ros.runtime.store import CapsuleStore
 
 OnToken = Callable[[int, str], None]
-
-
-def _powers_of_two_upto(n: int) -> list[int]:
-    return [1 << i for i in range(max(n, 1).bit_length()) if 1 << i <= n]
 ShouldStop = Callable[[], bool]
 
 
@@ -315,10 +311,8 @@ class LLMEngine:
             saved = self.arena.block.clone()
             try:
                 self.arena[POSITION].zero_()          # every prefill length must fit below max_context
-                lengths = {n for n in _powers_of_two_upto(self.prefill_chunk) if n <= self.max_context}
-                if self.prefill_chunk <= self.max_context:
-                    lengths.add(self.prefill_chunk)
-                runners = [*self._runners.values(), *(self._prefill_runner(n) for n in sorted(lengths))]
+                lengths = [n for n in prefill_lengths(self.prefill_chunk) if n <= self.max_context]
+                runners = [*self._runners.values(), *(self._prefill_runner(n) for n in lengths)]
                 count = 0
                 with torch.no_grad():
                     for runner in runners:

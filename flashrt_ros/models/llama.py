@@ -2,12 +2,11 @@
 
 Why this shape: the KV cache is not a module attribute but one static arena
 buffer shared by all layers (``kv_cache``, ``[max_context, layers, 2, kv_heads,
-head_dim]``; see ``models.base.kv_cache_spec``). ``forward`` writes the new rows
-at ``positions`` with
-``ops.rope_write_and_attend`` (RoPE, the cache write and causal attention; see
-there for the CPU, CUDA and triton paths), so every step has fixed shapes, never
-syncs with the host and can be captured in a CUDA graph; a capsule restore only
-has to copy bytes back into the same buffers.
+head_dim]``; see ``models.base.kv_cache_spec``). Each attention layer hands its
+slice to ``ops.rope_write_and_attend`` (RoPE, the cache write at ``positions``
+and causal attention; see there for the CPU, CUDA and triton paths), so every
+step has fixed shapes, never syncs with the host and can be captured in a CUDA
+graph; a capsule restore only has to copy bytes back into the same buffers.
 
 Projections are fused (``wqkv``, ``w13``): at batch 1 decode is a chain of
 matrix-vector products, and fewer, larger ones are cheaper.
@@ -113,7 +112,6 @@ class FeedForward(nn.Module):
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
-        self.hidden = cfg.intermediate_size
         self.w13 = Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
         self.w2 = Linear(cfg.intermediate_size, cfg.dim, bias=False)
 

@@ -15,7 +15,7 @@ On CUDA with flash-linear-attention importable, fla's chunk kernel runs the
 prefill form (fla takes chunk sizes 16, 32 or 64; any other size runs fla at
 64), in the model dtype with float32 decay and state as transformers feeds it.
 A decode token of a whole Gated DeltaNet layer (gates, delta step and the gated
-norm) is one triton kernel on CUDA (``gated_delta_decode``); the torch code is
+norm) is two triton kernels on CUDA (``gated_delta_decode``); the torch code is
 the reference everywhere.
 
 Grouped values: ``q, k`` may have fewer heads than ``v`` (each key head serves
@@ -187,7 +187,7 @@ def gated_delta_decode(qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: t
 
     ``qkv [2*Hk*dk + Hv*dv]`` (conv output), ``z [Hv*dv]``, ``a, b [Hv]``;
     ``state [Hv, dk, dv]`` float32 is updated in place. Returns ``[Hv, dv]`` in
-    the model dtype. On CUDA with triton this is one kernel per layer.
+    the model dtype. On CUDA with triton this is two kernels (the delta step, then the norm).
     """
     if use_triton(qkv):
         from flashrt_ros.ops.triton.gated_deltanet import gated_delta_decode_step

@@ -1,10 +1,9 @@
 """Gated full attention of the hybrid decoder (GQA, q/k RMSNorm, partial RoPE, sigmoid gate).
 
-The KV cache is this layer's slice of the shared static ``kv_cache`` buffer,
-written at ``positions``;
-``ops.rope_write_and_attend`` does the norms, RoPE, the cache write and causal
-attention (see there for the CPU, CUDA and triton paths), so shapes never
-depend on the position and the step stays capturable. q, gate, k and v come
+The KV cache is this layer's slice of the shared static ``kv_cache`` buffer.
+``ops.rope_write_and_attend`` does the norms, RoPE, the cache write at
+``positions`` and causal attention (see there for the CPU, CUDA and triton
+paths), so shapes never depend on the position and the step stays capturable. q, gate, k and v come
 from one fused matrix (rows reordered at load time from transformers' per-head
 ``[query, gate]`` pairs).
 """

@@ -32,7 +32,7 @@ class GatedDeltaNet(nn.Module):
         self.conv_dim = cfg.conv_dim
         self.chunk_size = cfg.gdn_chunk_size
         self.in_proj = Linear(cfg.hidden_size, self.conv_dim + self.value_dim + 2 * self.num_v_heads,
-                                 bias=False)
+                              bias=False)
         self.conv_weight = nn.Parameter(torch.zeros(self.conv_dim, cfg.linear_conv_kernel_dim))
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))

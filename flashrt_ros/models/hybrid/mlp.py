@@ -15,7 +15,6 @@ class SwiGLU(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
-        self.intermediate_size = intermediate_size
         self.w13 = Linear(hidden_size, 2 * intermediate_size, bias=False)
         self.w2 = Linear(intermediate_size, hidden_size, bias=False)
 
