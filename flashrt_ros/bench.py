@@ -102,12 +102,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.dtype is None:
         args.dtype = "bfloat16" if args.device.type == "cuda" else "float32"
     args.contexts = args.contexts or list(QUICK_CONTEXTS if args.quick else DEFAULT_CONTEXTS)
-    args.reps = args.reps or (2 if args.quick else 5)
-    args.capsule_reps = args.capsule_reps or (10 if args.quick else 50)
-    args.prefill_chunk = args.prefill_chunk or (16 if args.quick else 8192 if args.device.type == "cuda" else 2048)
+    if args.reps is None:
+        args.reps = 2 if args.quick else 5
+    if args.capsule_reps is None:
+        args.capsule_reps = 10 if args.quick else 50
+    if args.prefill_chunk is None:
+        args.prefill_chunk = 16 if args.quick else 8192 if args.device.type == "cuda" else 2048
     args.bandwidth_mib = args.bandwidth_mib or (1024 if args.device.type == "cuda" else 64)
-    if min(args.contexts) < 1 or args.reps < 1 or args.capsule_reps < 1:
-        p.error("contexts and repetitions must be >= 1")
+    if min(args.contexts) < 1 or args.reps < 1 or args.capsule_reps < 1 or args.prefill_chunk < 1:
+        p.error("contexts, repetitions and the prefill chunk must be >= 1")
     return args
 
 

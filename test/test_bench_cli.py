@@ -50,3 +50,13 @@ def test_time_budget_skips_measurements_with_a_note(tmp_path: Path) -> None:
     assert "cold_ttft_ms" not in result["rows"][0]
     assert any(n.startswith("skipped ours llama-tiny @ 24") for n in result["notes"])
     assert "n/a" in (tmp_path / "llm.md").read_text()
+
+
+def test_zero_chunk_or_repetitions_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    import pytest
+
+    for bad in (["--prefill-chunk", "0"], ["--reps", "0"], ["--capsule-reps", "0"]):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.main(TINY + ["--out", str(tmp_path)] + bad)
+        assert exit_info.value.code == 2, bad
+    assert not (tmp_path / "llm.md").exists()
