@@ -14,8 +14,17 @@ POLICIES = {
 }
 
 
+@pytest.fixture
+def no_tf32():
+    """Full fp32 on the GPU for the comparison with the CPU (cuDNN convolutions default to TF32)."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.mark.parametrize("name", sorted(POLICIES))
-def test_captured_step_matches_eager_and_cpu_and_survives_restore(name, tmp_path):
+def test_captured_step_matches_eager_and_cpu_and_survives_restore(name, tmp_path, no_tf32):
     make = POLICIES[name]
     cpu = PolicyEngine(make(), directory=str(tmp_path / "cpu"))
     eager = PolicyEngine(make(), device="cuda", directory=str(tmp_path / "eager"))

@@ -92,9 +92,11 @@ class MultiheadAttention(nn.Module):
     def __init__(self, dim: int, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
-        self.in_proj_bias = nn.Parameter(torch.empty(3 * dim))
+        # nn.MultiheadAttention's initial values (a checkpoint overwrites them; never uninitialised memory)
+        self.in_proj_weight = nn.Parameter(nn.init.xavier_uniform_(torch.empty(3 * dim, dim)))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * dim))
         self.out_proj = nn.Linear(dim, dim)
+        nn.init.zeros_(self.out_proj.bias)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
         """``(L, B, D)`` queries over ``(S, B, D)`` keys/values -> ``(L, B, D)``."""
