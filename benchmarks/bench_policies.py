@@ -199,7 +199,7 @@ def main() -> None:
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                 print(json.dumps({name: capsule}), flush=True)
-    lines = [f"# LeRobot policies: our captured step vs LeRobot eager select_action", "",
+    lines = ["# LeRobot policies: our captured step vs LeRobot eager select_action", "",
              f"Machine: {machine(device)}. {steps} steps per row set; latency in ms.", "",
              "| policy | step | LeRobot p50 | LeRobot p99 | ours p50 | ours p99 | speed-up (p50) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]

@@ -148,3 +148,43 @@ def max_relative_error(ours: torch.Tensor, ref: torch.Tensor) -> float:
     """``max |a - b| / max(max |b|, 1e-6)`` over the whole trajectory."""
     ours, ref = ours.detach(), ref.detach()
     return float((ours - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
+
+
+def case_features(case: dict) -> dict[str, tuple[int, ...]]:
+    """The observation features of a test case: state, optional environment state, ``cameras`` images."""
+    feats = {"observation.state": (case["state"],)}
+    if case["env"]:
+        feats["observation.environment_state"] = (case["env"],)
+    for i in range(case["cameras"]):
+        feats[f"observation.images.cam{i}"] = (3, *case["hw"])
+    return feats
+
+
+def make_checkpoint(directory: Path, case: dict, config_cls, policy_cls, make_processors, tiny: dict, *,
+                    seed: int = 0, constant_dim: bool = False):
+    """A checkpoint written by LeRobot's own classes for a test case; returns (directory, policy, config).
+
+    Images are mean-std normalised; state, environment state and action use the case's mode.
+    """
+    lerobot()
+    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
+
+    feats = case_features(case)
+    kinds = {"observation.state": FeatureType.STATE, "observation.environment_state": FeatureType.ENV}
+    inputs = {k: PolicyFeature(type=kinds.get(k, FeatureType.VISUAL), shape=s) for k, s in feats.items()}
+    mode = NormalizationMode(case["norm"])
+    config = config_cls(input_features=inputs,
+                        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(case["action"],))},
+                        normalization_mapping={"VISUAL": NormalizationMode.MEAN_STD, "STATE": mode, "ENV": mode,
+                                               "ACTION": mode},
+                        **{**tiny, **case["cfg"]})
+    torch.manual_seed(seed)
+    policy = policy_cls(config)
+    randomize_(policy, seed)
+    policy.eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    stats = {k: image_stats("MEAN_STD", gen) if len(s) == 3 else
+             vector_stats(case["norm"], s[0], gen, constant_dim=constant_dim) for k, s in feats.items()}
+    stats["action"] = vector_stats(case["norm"], case["action"], gen, constant_dim=constant_dim)
+    save_checkpoint(policy, config, stats, directory, make_processors)
+    return directory, policy, config

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lerobot_reference import (lerobot, max_relative_error, observations, processors, randomize_,
-                               save_checkpoint, image_stats, vector_stats)
+from lerobot_reference import (case_features, lerobot, make_checkpoint, max_relative_error, observations,
+                               processors, randomize_)
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.policies import make_policy
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -47,42 +47,14 @@ CASES = {
 }
 
 
-def _features(case: dict) -> dict[str, tuple[int, ...]]:
-    feats = {"observation.state": (case["state"],)}
-    if case["env"]:
-        feats["observation.environment_state"] = (case["env"],)
-    for i in range(case["cameras"]):
-        feats[f"observation.images.cam{i}"] = (3, *case["hw"])
-    return feats
-
-
 def make_act_checkpoint(directory: Path, case: dict, seed: int = 0):
     """An ACT checkpoint directory written by LeRobot; returns (directory, lerobot policy, config)."""
     lerobot()
-    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.policies.act.processor_act import make_act_pre_post_processors
-
-    feats = _features(case)
-    kinds = {"observation.state": FeatureType.STATE, "observation.environment_state": FeatureType.ENV}
-    inputs = {k: PolicyFeature(type=kinds.get(k, FeatureType.VISUAL), shape=s) for k, s in feats.items()}
-    mode = NormalizationMode(case["norm"])
-    config = ACTConfig(input_features=inputs,
-                       output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(case["action"],))},
-                       normalization_mapping={"VISUAL": NormalizationMode.MEAN_STD, "STATE": mode,
-                                              "ENV": mode, "ACTION": mode},
-                       **{**TINY, **case["cfg"]})
-    torch.manual_seed(seed)
-    policy = ACTPolicy(config)
-    randomize_(policy, seed)
-    policy.eval()
-    gen = torch.Generator().manual_seed(seed + 1)
-    stats = {k: image_stats("MEAN_STD", gen) if len(s) == 3 else vector_stats(case["norm"], s[0], gen, constant_dim=True)
-             for k, s in feats.items()}
-    stats["action"] = vector_stats(case["norm"], case["action"], gen, constant_dim=True)
-    save_checkpoint(policy, config, stats, directory, make_act_pre_post_processors)
-    return directory, policy, config
+    return make_checkpoint(directory, case, ACTConfig, ACTPolicy, make_act_pre_post_processors, TINY, seed=seed,
+                           constant_dim=True)
 
 
 def lerobot_actions(policy, config, directory: Path, obs: list[dict]) -> torch.Tensor:
@@ -103,7 +75,7 @@ def engine_actions(engine: PolicyEngine, obs: list[dict]) -> torch.Tensor:
 def test_act_matches_lerobot_select_action_for_60_steps(name, tmp_path):
     case = CASES[name]
     directory, ref_policy, config = make_act_checkpoint(tmp_path / "ckpt", case)
-    obs = observations(_features(case), STEPS, seed=5)
+    obs = observations(case_features(case), STEPS, seed=5)
     expected = lerobot_actions(ref_policy, config, directory, obs)
     engine = PolicyEngine(make_policy(f"lerobot:{directory}"), directory=str(tmp_path / "capsules"))
     ours = engine_actions(engine, obs)

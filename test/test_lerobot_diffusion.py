@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lerobot_reference import (image_stats, lerobot, max_relative_error, observations, processors, randomize_,
-                               save_checkpoint, vector_stats)
+from lerobot_reference import (case_features, lerobot, make_checkpoint, max_relative_error, observations,
+                               processors)
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.policies import make_policy
 
@@ -51,41 +51,13 @@ CASES = {
 }
 
 
-def _features(case: dict) -> dict[str, tuple[int, ...]]:
-    feats = {"observation.state": (case["state"],)}
-    if case["env"]:
-        feats["observation.environment_state"] = (case["env"],)
-    for i in range(case["cameras"]):
-        feats[f"observation.images.cam{i}"] = (3, *case["hw"])
-    return feats
-
-
 def make_diffusion_checkpoint(directory: Path, case: dict, seed: int = 0):
     lerobot()
-    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
     from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
     from lerobot.policies.diffusion.processor_diffusion import make_diffusion_pre_post_processors
-
-    feats = _features(case)
-    kinds = {"observation.state": FeatureType.STATE, "observation.environment_state": FeatureType.ENV}
-    inputs = {k: PolicyFeature(type=kinds.get(k, FeatureType.VISUAL), shape=s) for k, s in feats.items()}
-    mode = NormalizationMode(case["norm"])
-    config = DiffusionConfig(
-        input_features=inputs,
-        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(case["action"],))},
-        normalization_mapping={"VISUAL": NormalizationMode.MEAN_STD, "STATE": mode, "ENV": mode, "ACTION": mode},
-        **{**TINY, **case["cfg"]})
-    torch.manual_seed(seed)
-    policy = DiffusionPolicy(config)
-    randomize_(policy, seed)
-    policy.eval()
-    gen = torch.Generator().manual_seed(seed + 1)
-    stats = {k: image_stats("MEAN_STD", gen) if len(s) == 3 else vector_stats(case["norm"], s[0], gen)
-             for k, s in feats.items()}
-    stats["action"] = vector_stats(case["norm"], case["action"], gen)
-    save_checkpoint(policy, config, stats, directory, make_diffusion_pre_post_processors)
-    return directory, policy, config
+    return make_checkpoint(directory, case, DiffusionConfig, DiffusionPolicy, make_diffusion_pre_post_processors,
+                           TINY, seed=seed)
 
 
 def lerobot_actions(policy, config, directory: Path, obs: list[dict], ours, seed: int, monkeypatch) -> torch.Tensor:
@@ -116,7 +88,7 @@ def test_diffusion_matches_lerobot_select_action_with_the_same_noise(name, tmp_p
     ours = make_policy(f"lerobot:{directory}")
     engine = PolicyEngine(ours, directory=str(tmp_path / "capsules"))
     engine.reset(seed=3)
-    obs = observations(_features(case), STEPS, seed=7)
+    obs = observations(case_features(case), STEPS, seed=7)
     actions = torch.stack([engine.step(o) for o in obs])
     expected = lerobot_actions(ref_policy, config, directory, obs, ours, 3, monkeypatch)
     err = max_relative_error(actions, expected)

@@ -14,22 +14,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint
-from flashrt_ros.models.lerobot.normalize import normalizers
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs
+from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
 from flashrt_ros.models.policies import PolicyModule
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
-
-ACTION = "action"
-
 
 @dataclass(frozen=True)
 class ACTConfig:
@@ -58,30 +55,16 @@ class ACTConfig:
     @classmethod
     def from_checkpoint(cls, ckpt: LeRobotCheckpoint) -> ACTConfig:
         c = ckpt.config
-        inputs = ckpt.input_features
-        cameras = tuple(n for n, (t, _) in inputs.items() if t == "VISUAL")
-        shapes = {inputs[n][1] for n in cameras}
-        if len(shapes) > 1:
-            raise InvalidArgument(f"ACT needs every camera at one image shape, got {sorted(shapes)}")
-        if ACTION not in ckpt.output_features:
-            raise InvalidArgument(f"{ckpt.path}/config.json: output_features has no 'action'")
         if c.get("replace_final_stride_with_dilation"):
             raise InvalidArgument("replace_final_stride_with_dilation is not supported (torchvision's "
                                   "BasicBlock ResNets refuse dilation too)")
         if int(c.get("n_obs_steps", 1)) != 1:
             raise InvalidArgument("ACT supports n_obs_steps == 1 only")
-        env = [n for n, (t, _) in inputs.items() if t == "ENV"]
-        if env and env != [ENV_STATE]:
-            raise InvalidArgument(f"ACT reads its environment state from {ENV_STATE!r}, not {env}")
         fields = {k: c[k] for k in ("chunk_size", "n_action_steps", "vision_backbone", "pre_norm", "dim_model",
                                     "n_heads", "dim_feedforward", "feedforward_activation", "n_encoder_layers",
                                     "n_decoder_layers", "use_vae", "latent_dim", "n_vae_encoder_layers",
                                     "temporal_ensemble_coeff") if k in c}
-        state = inputs.get(STATE)
-        return cls(state_dim=state[1][0] if state and state[0] == "STATE" else 0,
-                   env_state_dim=inputs[ENV_STATE][1][0] if env else 0,
-                   action_dim=ckpt.output_features[ACTION][1][0], cameras=cameras,
-                   image_shape=next(iter(shapes)) if shapes else None, **fields)
+        return cls(**asdict(PolicyIO.from_checkpoint(ckpt, "ACT")), **fields)
 
 
 # --- transformer ----------------------------------------------------------------
@@ -289,10 +272,7 @@ class ACTPolicy(PolicyModule):
         self.cfg = cfg
         self.obs_dim, self.act_dim = cfg.state_dim, cfg.action_dim
         self.model = ACTNet(cfg)
-        feats = ckpt.input_features if ckpt else {}
-        self.normalize_inputs = normalizers(feats, ckpt.normalize, inverse=False) if ckpt else nn.ModuleDict()
-        self.unnormalize_outputs = (normalizers({ACTION: ckpt.output_features[ACTION]}, ckpt.unnormalize,
-                                                inverse=True) if ckpt else nn.ModuleDict())
+        self.norm = PolicyNormalization(ckpt)
         if cfg.temporal_ensemble_coeff is not None:
             w = torch.exp(-cfg.temporal_ensemble_coeff * torch.arange(cfg.chunk_size))
             self.register_buffer("ensemble_weights", w, persistent=False)
@@ -303,15 +283,7 @@ class ACTPolicy(PolicyModule):
         return self.cfg.temporal_ensemble_coeff is not None
 
     def input_features(self) -> dict[str, FeatureSpec]:
-        c = self.cfg
-        out = {}
-        if c.state_dim:
-            out[STATE] = FeatureSpec((c.state_dim,), "state")
-        if c.env_state_dim:
-            out[ENV_STATE] = FeatureSpec((c.env_state_dim,), "state")
-        for cam in c.cameras:
-            out[cam] = FeatureSpec(tuple(c.image_shape), "image")
-        return out
+        return feature_specs(self.cfg)
 
     def config(self) -> dict:
         c = self.cfg
@@ -331,16 +303,12 @@ class ACTPolicy(PolicyModule):
                            doc="action queue: the current chunk's first n_action_steps (normalised)"),
                 BufferSpec(self.LEFT, (), torch.int64, group="policy", doc="actions left in the queue")]
 
-    def _norm(self, name: str, x: Tensor) -> Tensor:
-        key = name.replace(".", "/")
-        return self.normalize_inputs[key](x) if key in self.normalize_inputs else x
-
     def predict_chunk(self, observation: Mapping[str, Tensor]) -> Tensor:
         """Normalised actions ``(chunk_size, action_dim)`` for one observation (no state touched)."""
         c = self.cfg
         dtype = self.model.action_head.weight.dtype
         def prep(name: str) -> Tensor:
-            return self._norm(name, observation[name].unsqueeze(0)).to(dtype)
+            return self.norm.input(name, observation[name].unsqueeze(0)).to(dtype)
         state = prep(STATE) if c.state_dim else None
         env = prep(ENV_STATE) if c.env_state_dim else None
         return self.model(state, env, [prep(cam) for cam in c.cameras])
@@ -348,8 +316,7 @@ class ACTPolicy(PolicyModule):
     def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> Tensor:
         chunk = self.predict_chunk(observation).to(torch.float32)
         action = self._ensemble(chunk, arena) if self.ensembling else self._queue(chunk, arena)
-        key = ACTION.replace(".", "/")
-        return self.unnormalize_outputs[key](action) if key in self.unnormalize_outputs else action
+        return self.norm.action(action)
 
     def _queue(self, chunk: Tensor, arena: StateArena) -> Tensor:
         n = self.cfg.n_action_steps

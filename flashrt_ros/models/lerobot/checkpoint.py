@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.runtime.errors import InvalidArgument
 
 CONFIG = "config.json"
@@ -120,3 +121,47 @@ def _read_normalization(root: Path, filename: str, registry_name: str) -> Normal
     features = {name: str(ft.get("type")) for name, ft in cfg.get("features", {}).items()}
     return Normalization(norm_map={str(k): str(v) for k, v in cfg.get("norm_map", {}).items()},
                          features=features, stats=stats, eps=float(cfg.get("eps", 1e-8)))
+
+
+ACTION = "action"
+
+
+@dataclass(frozen=True)
+class PolicyIO:
+    """The inputs and output a checkpoint's ``config.json`` declares (0 = absent)."""
+
+    state_dim: int
+    env_state_dim: int
+    action_dim: int
+    cameras: tuple[str, ...]
+    image_shape: tuple[int, int, int] | None
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: LeRobotCheckpoint, policy: str) -> PolicyIO:
+        inputs = ckpt.input_features
+        if ACTION not in ckpt.output_features:
+            raise InvalidArgument(f"{ckpt.path}/config.json: output_features has no 'action'")
+        cameras = tuple(n for n, (t, _) in inputs.items() if t == "VISUAL")
+        shapes = {inputs[n][1] for n in cameras}
+        if len(shapes) > 1:
+            raise InvalidArgument(f"{policy} needs every camera at one image shape, got {sorted(shapes)}")
+        env = [n for n, (t, _) in inputs.items() if t == "ENV"]
+        if env and env != [ENV_STATE]:
+            raise InvalidArgument(f"{policy} reads its environment state from {ENV_STATE!r}, not {env}")
+        state = inputs.get(STATE)
+        return cls(state_dim=state[1][0] if state and state[0] == "STATE" else 0,
+                   env_state_dim=inputs[ENV_STATE][1][0] if env else 0,
+                   action_dim=ckpt.output_features[ACTION][1][0], cameras=cameras,
+                   image_shape=next(iter(shapes)) if shapes else None)
+
+
+def feature_specs(io) -> dict[str, FeatureSpec]:
+    """The engine-facing inputs of a policy config carrying ``PolicyIO``'s fields."""
+    out = {}
+    if io.state_dim:
+        out[STATE] = FeatureSpec((io.state_dim,), "state")
+    if io.env_state_dim:
+        out[ENV_STATE] = FeatureSpec((io.env_state_dim,), "state")
+    for cam in io.cameras:
+        out[cam] = FeatureSpec(tuple(io.image_shape), "image")
+    return out

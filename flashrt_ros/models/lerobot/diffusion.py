@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint
-from flashrt_ros.models.lerobot.normalize import normalizers
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs
+from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
 from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
 from flashrt_ros.models.policies import RNG_SEED, PolicyModule
@@ -34,9 +34,6 @@ from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
-
-ACTION = "action"
-
 
 @dataclass(frozen=True)
 class DiffusionConfig:
@@ -79,18 +76,8 @@ class DiffusionConfig:
     @classmethod
     def from_checkpoint(cls, ckpt: LeRobotCheckpoint) -> DiffusionConfig:
         c = ckpt.config
-        inputs = ckpt.input_features
-        if STATE not in inputs:
+        if STATE not in ckpt.input_features:
             raise InvalidArgument(f"{ckpt.path}/config.json: Diffusion Policy needs an {STATE!r} input")
-        if ACTION not in ckpt.output_features:
-            raise InvalidArgument(f"{ckpt.path}/config.json: output_features has no 'action'")
-        cameras = tuple(n for n, (t, _) in inputs.items() if t == "VISUAL")
-        shapes = {inputs[n][1] for n in cameras}
-        if len(shapes) > 1:
-            raise InvalidArgument(f"Diffusion Policy needs every camera at one image shape, got {sorted(shapes)}")
-        env = [n for n, (t, _) in inputs.items() if t == "ENV"]
-        if env and env != [ENV_STATE]:
-            raise InvalidArgument(f"Diffusion Policy reads its environment state from {ENV_STATE!r}, not {env}")
         names = [f for f in cls.__dataclass_fields__ if f not in
                  ("state_dim", "env_state_dim", "action_dim", "cameras", "image_shape", "seed")]
         fields = {k: c[k] for k in names if k in c}
@@ -101,9 +88,7 @@ class DiffusionConfig:
             ratio = float(c.get("crop_ratio", 1.0))
             rs = fields["resize_shape"]
             fields["crop_shape"] = (int(rs[0] * ratio), int(rs[1] * ratio)) if ratio < 1.0 else None
-        return cls(state_dim=inputs[STATE][1][0], env_state_dim=inputs[ENV_STATE][1][0] if env else 0,
-                   action_dim=ckpt.output_features[ACTION][1][0], cameras=cameras,
-                   image_shape=next(iter(shapes)) if shapes else None, **fields)
+        return cls(**asdict(PolicyIO.from_checkpoint(ckpt, "Diffusion Policy")), **fields)
 
 
 # --- image encoder ----------------------------------------------------------------
@@ -311,20 +296,11 @@ class DiffusionPolicy(PolicyModule):
                                    num_inference_steps=cfg.inference_steps, beta_schedule=cfg.beta_schedule,
                                    beta_start=cfg.beta_start, beta_end=cfg.beta_end)
         self.register_buffer("timesteps", torch.tensor([s.timestep for s in self.steps]), persistent=False)
-        feats = ckpt.input_features if ckpt else {}
-        self.normalize_inputs = normalizers(feats, ckpt.normalize, inverse=False) if ckpt else nn.ModuleDict()
-        self.unnormalize_outputs = (normalizers({ACTION: ckpt.output_features[ACTION]}, ckpt.unnormalize,
-                                                inverse=True) if ckpt else nn.ModuleDict())
+        self.norm = PolicyNormalization(ckpt)
 
     # --- contract -------------------------------------------------------------------
     def input_features(self) -> dict[str, FeatureSpec]:
-        c = self.cfg
-        out = {STATE: FeatureSpec((c.state_dim,), "state")}
-        if c.env_state_dim:
-            out[ENV_STATE] = FeatureSpec((c.env_state_dim,), "state")
-        for cam in c.cameras:
-            out[cam] = FeatureSpec(tuple(c.image_shape), "image")
-        return out
+        return feature_specs(self.cfg)
 
     def config(self) -> dict:
         return {"type": "diffusion", **{k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.cfg).items()}}
@@ -356,10 +332,6 @@ class DiffusionPolicy(PolicyModule):
         arena[self.RNG_SEED].fill_(self.cfg.seed)
 
     # --- step -----------------------------------------------------------------------
-    def _norm(self, name: str, x: Tensor) -> Tensor:
-        key = name.replace(".", "/")
-        return self.normalize_inputs[key](x) if key in self.normalize_inputs else x
-
     def noise(self, seed: Tensor, plan: Tensor, draw: int) -> Tensor:
         """Draw ``draw`` (0: initial sample, 1 + j: DDPM step j) of plan number ``plan``: ``(horizon, A)``."""
         c = self.cfg
@@ -382,11 +354,11 @@ class DiffusionPolicy(PolicyModule):
         c = self.cfg
         dtype = self.diffusion.unet.final_conv[1].weight.dtype
         started = arena[self.STARTED].bool()
-        latest = {"state": self._norm(STATE, observation[STATE])}
+        latest = {"state": self.norm.input(STATE, observation[STATE])}
         if c.cameras:
-            latest["images"] = torch.stack([self._norm(cam, observation[cam]) for cam in c.cameras])
+            latest["images"] = torch.stack([self.norm.input(cam, observation[cam]) for cam in c.cameras])
         if c.env_state_dim:
-            latest["env"] = self._norm(ENV_STATE, observation[ENV_STATE])
+            latest["env"] = self.norm.input(ENV_STATE, observation[ENV_STATE])
         hist = {}
         for k, x in latest.items():                       # LeRobot fills the history with copies at first
             buf = arena[self.HIST_PREFIX + k]
@@ -404,5 +376,4 @@ class DiffusionPolicy(PolicyModule):
         left.copy_(torch.where(empty, torch.full_like(left, c.n_action_steps), left))
         action = queue.index_select(0, (c.n_action_steps - left).view(1))[0]
         left.sub_(1)
-        key = ACTION.replace(".", "/")
-        return self.unnormalize_outputs[key](action) if key in self.unnormalize_outputs else action
+        return self.norm.action(action)

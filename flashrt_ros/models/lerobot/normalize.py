@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.checkpoint import Normalization
+from flashrt_ros.models.lerobot.checkpoint import ACTION, LeRobotCheckpoint, Normalization
 from flashrt_ros.runtime.errors import InvalidArgument
 
 _RANGE_STATS = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"), "QUANTILE10": ("q10", "q90")}
@@ -66,3 +66,22 @@ def normalizers(features: dict[str, tuple[str, tuple[int, ...]]], norm: Normaliz
     """One ``FeatureNormalizer`` per feature, keyed by the feature name with dots replaced by ``/``."""
     return nn.ModuleDict({name.replace(".", "/"): FeatureNormalizer(name, ftype, norm, inverse=inverse)
                           for name, (ftype, _shape) in features.items()})
+
+
+class PolicyNormalization(nn.Module):
+    """A checkpoint's input normaliser and action unnormaliser (identity without a checkpoint)."""
+
+    def __init__(self, ckpt: LeRobotCheckpoint | None) -> None:
+        super().__init__()
+        if ckpt is None:
+            self.inputs, self.outputs = nn.ModuleDict(), nn.ModuleDict()
+            return
+        self.inputs = normalizers(ckpt.input_features, ckpt.normalize, inverse=False)
+        self.outputs = normalizers({ACTION: ckpt.output_features[ACTION]}, ckpt.unnormalize, inverse=True)
+
+    def input(self, name: str, x: Tensor) -> Tensor:
+        key = name.replace(".", "/")
+        return self.inputs[key](x) if key in self.inputs else x
+
+    def action(self, x: Tensor) -> Tensor:
+        return self.outputs[ACTION](x) if ACTION in self.outputs else x
