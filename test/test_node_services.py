@@ -203,7 +203,7 @@ def test_concurrent_clients_get_consistent_answers(client):
 
 def test_cli_talks_to_the_running_node(node):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--namespace",
+        return subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--node",
                                f"{node.namespace}/flashrt", *args], capture_output=True, text=True,
                               env=ros_env(), timeout=60)
     r = cli("snapshot", "from_cli", "--overwrite")
