@@ -66,7 +66,7 @@ ns="/colcon_check_$$"
 # ignored, and the node must see the Ctrl-C that stop_node sends.
 set -m
 in_ws "$WS/install/flashrt_ros/lib/flashrt_ros/flashrt_node" --ros-args \
-  --params-file "$ROOT/test/params_tiny_llm.yaml" -p autostart:=true -r "__ns:=$ns" \
+  --params-file "$ROOT/test/launch/tiny_llm_params.yaml" -p autostart:=true -r "__ns:=$ns" \
   > "$NODE_LOG" 2>&1 &
 node_pid=$!
 set +m

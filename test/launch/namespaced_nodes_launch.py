@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 #: namespace -> (launch file, params file or None for the package's config, engine_kind)
 NODES = {
-    "robot1": ("flashrt_llm.launch.py", os.path.join(ROOT, "test", "params_tiny_llm.yaml"), "llm"),
+    "robot1": ("flashrt_llm.launch.py", os.path.join(HERE, "tiny_llm_params.yaml"), "llm"),
     "robot2": ("flashrt_policy.launch.py", None, "policy"),
 }
 WAIT_S = 180.0
