@@ -7,26 +7,22 @@ import time
 import pytest
 
 from flashrt_ros.runtime.errors import ErrorCode
-from node_fixtures import ros_node  # noqa: F401 - fixture
-from rosproc import NodeUnderTest
+from node_fixtures import active_node, client_of, ros_node  # noqa: F401 - fixture
 
 TURNS_A = ["the robot picks up", " and then it"]
 TURNS_B = ["once upon a time", " so the king"]
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    n = NodeUnderTest(tmp_path_factory.mktemp("sess"), "sess", {})
-    n.wait_active()
-    yield n
-    assert n.stop() == 0, n.log.read_text()
-    assert "Traceback" not in n.log.read_text(), n.log.read_text()
+def served(tmp_path_factory, ros_node):  # noqa: F811
+    """``(node, client)``: one tiny-Llama node for the whole module."""
+    with active_node(tmp_path_factory.mktemp("sess"), "sess") as n:
+        yield n, client_of(n, ros_node)
 
 
-@pytest.fixture(scope="module")
-def client(node, ros_node):  # noqa: F811
-    from flashrt_ros.client import FlashRTClient
-    return FlashRTClient(ros_node, f"{node.namespace}/flashrt")
+@pytest.fixture
+def client(served):
+    return served[1]
 
 
 def turn(client, prompt: str, first: bool, **kw) -> list[int]:
@@ -78,7 +74,7 @@ def set_parameter(ros_node, node_name: str, name: str, value):  # noqa: F811
         ros_node.destroy_client(client)
 
 
-def test_interleaved_conversations_match_each_run_alone(client, ros_node, node):  # noqa: F811
+def test_interleaved_conversations_match_each_run_alone(client, ros_node, served):  # noqa: F811
     alone_a = [turn(client, TURNS_A[0], True, reset=True), turn(client, TURNS_A[1], False)]
     alone_b = [turn(client, TURNS_B[0], True, reset=True), turn(client, TURNS_B[1], False)]
     assert alone_a != alone_b
@@ -95,7 +91,7 @@ def test_interleaved_conversations_match_each_run_alone(client, ros_node, node):
     listed = client.call("list", session="bob").capsules
     assert [c.name for c in listed] == ["bob_mid"] and listed[0].session == "bob"
     assert all(not c.name.startswith(".") for c in client.call("list").capsules)   # parked ones hidden
-    status = latest_status(ros_node, f"{node.namespace}/flashrt/status", lambda m: m.session == "bob")
+    status = latest_status(ros_node, f"{served[0].namespace}/flashrt/status", lambda m: m.session == "bob")
     assert status is not None and status.session == "bob", status
     assert status.live_bytes > 0 and status.live_bytes <= status.arena_bytes
 
@@ -122,8 +118,8 @@ def test_pin_and_unpin_over_ros(client):
     assert not missing.success and missing.error_code == int(ErrorCode.NOT_FOUND)
 
 
-def test_runtime_parameters_apply_live_or_are_refused(client, ros_node, node):  # noqa: F811
-    name = f"{node.namespace}/flashrt"
+def test_runtime_parameters_apply_live_or_are_refused(client, ros_node, served):  # noqa: F811
+    name = f"{served[0].namespace}/flashrt"
     assert set_parameter(ros_node, name, "max_new_tokens", 5).successful
     outcome = client.generate("count", max_new_tokens=0, use_chat_template=False, reset=True, timeout_s=60)
     assert outcome.result.success and len(outcome.result.token_ids) == 5   # random model: no stop token
