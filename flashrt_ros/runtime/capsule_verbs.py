@@ -16,7 +16,7 @@ Verbs that replace the live state (restore, rollback, reset, switch) bump
 ``writes``: an engine that keeps host copies of arena scalars, or a generation
 that was extending the old state, compares it to notice.
 
-Results are ``CapsuleInfo`` records (plain metadata, no tensors), so a caller
+Results are ``CapsuleSummary`` records (plain metadata, no tensors), so a caller
 never holds a capsule the store may demote.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable, Collection, TypeVar
 
 from flashrt_ros.runtime.boundary import BoundaryGate
-from flashrt_ros.runtime.capsule import CapsuleInfo, VerifyReport
+from flashrt_ros.runtime.capsule import CapsuleSummary, VerifyReport
 from flashrt_ros.runtime.sessions import SessionManager
 from flashrt_ros.runtime.store import CapsuleStore
 
@@ -47,7 +47,7 @@ class CapsuleVerbs:
 
     # --- verbs on the live state (at a boundary) ------------------------------
     def snapshot(self, name: str, *, session: str | None = None, tier: str | None = None,
-                 pinned: bool = False, overwrite: bool = False, timeout: float | None = None) -> CapsuleInfo:
+                 pinned: bool = False, overwrite: bool = False, timeout: float | None = None) -> CapsuleSummary:
         """Capture the live state (at the next boundary) as capsule ``name``.
 
         ``session`` tags the capsule; None or empty: the current session.
@@ -57,7 +57,7 @@ class CapsuleVerbs:
             overwrite=overwrite).info(), timeout=timeout)
 
     def restore(self, name: str, *, verify: bool = False, groups: Collection[str] | None = None,
-                timeout: float | None = None) -> CapsuleInfo:
+                timeout: float | None = None) -> CapsuleSummary:
         """Copy capsule ``name`` back into the live buffers (``groups``: only those groups)."""
         return self._at_boundary(lambda: self.store.restore(name, verify=verify, groups=groups).info(),
                                  replaces_state=True, timeout=timeout)
@@ -88,7 +88,7 @@ class CapsuleVerbs:
                                  replaces_state=True, timeout=timeout)
 
     # --- verbs on the store only (never wait for a step) ------------------------
-    def fork(self, source: str, new_name: str, *, tier: str | None = None) -> CapsuleInfo:
+    def fork(self, source: str, new_name: str, *, tier: str | None = None) -> CapsuleSummary:
         """An independent copy of ``source`` named ``new_name``."""
         return self.store.fork(source, new_name, tier=tier).info()
 
@@ -96,30 +96,30 @@ class CapsuleVerbs:
         """Forget capsule ``name`` and delete its files."""
         self.store.drop(name)
 
-    def list(self, *, session: str | None = None) -> list[CapsuleInfo]:
+    def list(self, *, session: str | None = None) -> list[CapsuleSummary]:
         """Metadata of every capsule (only ``session``'s when given), oldest first."""
         return [c for c in self.store.list() if not session or c.session == session]
 
-    def get(self, name: str) -> CapsuleInfo:
+    def get(self, name: str) -> CapsuleSummary:
         return self.store.get(name).info()
 
-    def save(self, name: str) -> CapsuleInfo:
+    def save(self, name: str) -> CapsuleSummary:
         """Write capsule ``name`` to the disk tier (keeping any resident copy)."""
         return self.store.save(name).info()
 
-    def load(self, name: str, *, tier: str | None = None, overwrite: bool = False) -> CapsuleInfo:
+    def load(self, name: str, *, tier: str | None = None, overwrite: bool = False) -> CapsuleSummary:
         """Index and verify a capsule file from the capsule directory."""
         return self.store.load(name, tier=tier, overwrite=overwrite).info()
 
-    def pin(self, name: str) -> CapsuleInfo:
+    def pin(self, name: str) -> CapsuleSummary:
         """Keep ``name`` where it is: budgets never demote a pinned capsule."""
         return self.store.pin(name).info()
 
-    def unpin(self, name: str) -> CapsuleInfo:
+    def unpin(self, name: str) -> CapsuleSummary:
         """Let budgets demote ``name`` again."""
         return self.store.unpin(name).info()
 
-    def move(self, name: str, tier: str) -> CapsuleInfo:
+    def move(self, name: str, tier: str) -> CapsuleSummary:
         """Move ``name`` to ``tier`` (demoting others as needed)."""
         return self.store.move(name, tier).info()
 
