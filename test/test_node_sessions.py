@@ -129,3 +129,32 @@ def test_runtime_parameters_apply_live_or_are_refused(client, ros_node, served):
     assert client.call("snapshot", name="tiered", overwrite=True).capsule.tier == "device"
     refused = set_parameter(ros_node, name, "boundary_timeout_s", 1.0)
     assert not refused.successful and "read-only" in refused.reason.lower(), refused.reason
+
+
+def test_policy_status_reports_busy_live_bytes_and_session(tmp_path, ros_node):  # noqa: F811
+    from std_msgs.msg import Float32MultiArray
+    with active_node(tmp_path, "pstat", {"engine_kind": "policy", "policy": "gru", "device": "cpu",
+                                          "qos_deadline_factor": "0.0"}) as n:
+        client = client_of(n, ros_node)
+        topic = f"{n.namespace}/flashrt/status"
+        pub = ros_node.create_publisher(Float32MultiArray, f"{n.namespace}/flashrt/observation", 10)
+        stop = threading.Event()
+
+        def feed():
+            while not stop.is_set():
+                pub.publish(Float32MultiArray(data=[0.0, 0.1, 0.0, 0.0, 0.5, -0.5]))
+                stop.wait(0.02)
+
+        feeder = threading.Thread(target=feed)
+        feeder.start()
+        try:
+            running = latest_status(ros_node, topic, lambda m: m.busy and m.position > 0, timeout=60)
+            assert running is not None and running.busy and running.position > 0, running
+            assert running.session == "default" and 0 < running.live_bytes <= running.arena_bytes
+            client.call("pause")
+            paused = latest_status(ros_node, topic, lambda m: not m.busy, timeout=30)
+            assert paused is not None and not paused.busy, paused
+        finally:
+            stop.set()
+            feeder.join(5)
+            ros_node.destroy_publisher(pub)
