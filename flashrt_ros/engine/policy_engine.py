@@ -123,7 +123,6 @@ class PolicyEngine:
             "cuda_graph": self._graph is not None,
             "position": int(self.arena[POSITION].item()),
             "boundary": int(self.arena[BOUNDARY].item()),
-            "state_bytes": self.arena.nbytes,
             "arena_bytes": self.arena.nbytes,
             "live_bytes": self.arena.live_nbytes(),
             "session": self.capsules.sessions.current,
