@@ -64,7 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("rollback", help="go back N committed boundaries")
     s.add_argument("steps", type=int)
     for verb, text in (("drop", "delete a capsule"), ("save", "write a capsule to disk"),
-                       ("load", "read a capsule from the capsule directory")):
+                       ("load", "read a capsule from the capsule directory"),
+                       ("pin", "keep a capsule where it is (no demotion, no drop)"),
+                       ("unpin", "let budgets demote a capsule again")):
         sub.add_parser(verb, help=text).add_argument("name")
     s = sub.add_parser("verify", help="re-hash a capsule (and compare with the live state)")
     s.add_argument("name")
@@ -85,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--reset", action="store_true", help="start from an empty context")
     s.add_argument("--max-seconds", type=float, default=600.0,
                    help="give up (and cancel) after this long (default 600)")
+    s.add_argument("--session", default="", help="conversation to continue (default: the current one)")
     s = sub.add_parser("demo", help="start a node on SmolLM2 and run the scripted capsule session")
     s.add_argument("--model", default="smollm2")
     s.add_argument("--tokens", type=int, default=24, help="tokens per generation")
@@ -175,7 +178,7 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
             print("error: steps must be >= 1", file=sys.stderr)
             return EXIT_USAGE
         r = call("rollback", steps=args.steps)
-    elif c in ("drop", "save", "load"):
+    elif c in ("drop", "save", "load", "pin", "unpin"):
         r = call(c, name=args.name)
     elif c == "verify":
         r = call("verify", name=args.name, against_live=args.live)
@@ -205,7 +208,8 @@ def _generate(args: argparse.Namespace, client: Any) -> int:
                                   max_new_tokens=args.max_new_tokens,
                                   temperature=args.temperature, top_k=args.top_k,
                                   top_p=args.top_p, seed=args.seed,
-                                  use_chat_template=not args.raw, reset=args.reset)
+                                  use_chat_template=not args.raw, reset=args.reset,
+                                  session=args.session)
     except KeyboardInterrupt as interrupt:
         print()
         result = getattr(interrupt, "result", None)

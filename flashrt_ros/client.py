@@ -24,8 +24,8 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from flashrt_ros.action import Generate
-from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
-                             Verify)
+from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save, Snapshot,
+                             Unpin, Verify)
 from std_srvs.srv import Trigger
 
 #: verb -> (service type, service name relative to the node's namespace)
@@ -39,6 +39,8 @@ SERVICES: dict[str, tuple[type, str]] = {
     "save": (Save, "save"),
     "load": (Load, "load"),
     "verify": (Verify, "verify"),
+    "pin": (Pin, "pin"),
+    "unpin": (Unpin, "unpin"),
     "pause": (Trigger, "pause"),
     "resume": (Trigger, "resume"),
     "reset": (Trigger, "reset"),
