@@ -129,15 +129,15 @@ def time_ours(directory: Path, obs: dict, device: torch.device, dtype: torch.dty
         if i >= 3:
             (replan if empty else pop).append(dt)
     snap, rest, floor = [], [], []
-    engine.snapshot("bench")
+    engine.capsules.snapshot("bench")
     src = engine.arena.block
     dst = torch.empty_like(src)
     for _ in range(50):
         t0 = time.perf_counter()
-        engine.snapshot("bench", overwrite=True)
+        engine.capsules.snapshot("bench", overwrite=True)
         snap.append((time.perf_counter() - t0) * 1e3)
         t0 = time.perf_counter()
-        engine.restore("bench")
+        engine.capsules.restore("bench")
         rest.append((time.perf_counter() - t0) * 1e3)
         t0 = time.perf_counter()
         dst.copy_(src)

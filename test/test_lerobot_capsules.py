@@ -42,16 +42,16 @@ def test_restore_mid_chunk_resumes_bit_identically_and_reset_does_not(engines):
 
     engine = make()
     _run(engine, episode[:K])
-    engine.snapshot("mid_chunk")
+    engine.capsules.snapshot("mid_chunk")
     at_snapshot = engine.arena.block.clone()
     _run(engine, interruption)
     assert not torch.equal(engine.arena.block, at_snapshot)
-    engine.restore("mid_chunk")
+    engine.capsules.restore("mid_chunk")
     assert torch.equal(engine.arena.block, at_snapshot)
     resumed = _run(engine, episode[K:])
     assert all(torch.equal(a, b) for a, b in zip(reference, resumed, strict=True)), name
 
-    engine.reset()
+    engine.capsules.reset()
     after_reset = _run(engine, episode[K:])
     differing = sum(not torch.equal(a, b) for a, b in zip(reference, after_reset))
     assert differing >= 1 and not torch.equal(reference[0], after_reset[0]), name
@@ -63,7 +63,7 @@ def test_two_seed_equal_episodes_are_bit_identical(engines):
     obs = episode_observations(a.policy, 14, seed=3)
     first = _run(a, obs)
     b.step(obs[0])                    # leave b mid-episode, then start a new episode with the same seed
-    b.reset()
+    b.capsules.reset()
     second = _run(b, obs)
     assert all(torch.equal(x, y) for x, y in zip(first, second, strict=True)), name
 
@@ -71,11 +71,11 @@ def test_two_seed_equal_episodes_are_bit_identical(engines):
 def test_diffusion_noise_is_seeded_per_episode(tmp_path):
     engine = PolicyEngine(tiny_diffusion(scheduler="DDPM"), directory=str(tmp_path))
     obs = episode_observations(engine.policy, 6, seed=4)
-    engine.reset(seed=11)
+    engine.capsules.reset(seed=11)
     a = _run(engine, obs)
-    engine.reset(seed=12)
+    engine.capsules.reset(seed=12)
     b = _run(engine, obs)
-    engine.reset(seed=11)
+    engine.capsules.reset(seed=11)
     c = _run(engine, obs)
     assert all(torch.equal(x, y) for x, y in zip(a, c))
     assert not torch.equal(a[0], b[0])
@@ -93,4 +93,4 @@ def test_diffusion_does_not_touch_torchs_global_rng(tmp_path):
 def test_seed_for_a_policy_without_noise_is_refused(tmp_path):
     engine = PolicyEngine(tiny_act(), directory=str(tmp_path))
     with pytest.raises(InvalidArgument, match="no policy.rng.seed"):
-        engine.reset(seed=1)
+        engine.capsules.reset(seed=1)
