@@ -32,6 +32,7 @@ only when both checks hold.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import threading
@@ -55,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a chec
 from flashrt_ros.bt import Restore, ServiceBehaviour, Snapshot  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402
 
+os.environ.setdefault("MUJOCO_GL", "egl")        # headless rendering (read when mujoco is imported)
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
@@ -254,6 +256,15 @@ class Demo:
         self.owns_rclpy = not rclpy.ok()
         if self.owns_rclpy:
             rclpy.init()
+        try:
+            self._start(seed, image, render, capsule_dir, frame_every, external)
+        except BaseException:
+            if self.owns_rclpy:
+                rclpy.try_shutdown()
+            raise
+
+    def _start(self, seed: int, image: int, render: bool, capsule_dir: str, frame_every: int,
+               external: bool) -> None:
         self.sim_node = self.policy_node = None
         self.node = rclpy.create_node("arm_supervisor")
         self.executor = MultiThreadedExecutor(num_threads=6)

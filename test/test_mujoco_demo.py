@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
+os.environ.setdefault("MUJOCO_GL", "egl")   # read when mujoco is imported
 pytest.importorskip("mujoco", reason="mujoco is not installed (scripts/setup_sim.sh installs it)")
 pytest.importorskip("matplotlib", reason="matplotlib is not installed (scripts/setup_sim.sh installs it)")
-os.environ.setdefault("MUJOCO_GL", "egl")
 
 from rosproc import REPO  # noqa: E402
 

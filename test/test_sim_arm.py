@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
+os.environ.setdefault("MUJOCO_GL", "egl")   # read when mujoco is imported
 pytest.importorskip("mujoco", reason="mujoco is not installed (scripts/setup_sim.sh installs it)")
-os.environ.setdefault("MUJOCO_GL", "egl")
 
 from flashrt_ros.sim.arm import ArmConfig, ArmSim  # noqa: E402
 
