@@ -40,7 +40,7 @@ from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
 
 STATE_PREFIX = "policy."
-#: The int64 scalar a policy with a noise stream keeps its seed in (``PolicyEngine.reset(seed=...)`` writes it).
+#: The int64 scalar a policy with a noise stream keeps its seed in (``engine.capsules.reset(seed=...)`` writes it).
 RNG_SEED = "policy.rng.seed"
 
 
@@ -257,6 +257,19 @@ class ChunkedTransformerPolicy(PolicyModule):
         counter.add_(1)
         action = mean + c.noise_std * noise
         return action.clamp(-c.max_action, c.max_action)
+
+    def planned_actions(self, arena: StateArena) -> Tensor:
+        """The newest chunk's actions after the last step, ``[k, act]`` (a trajectory to publish).
+
+        Host reads (call between steps, never in a captured step); without ensembling or noise.
+        """
+        chunks = int(arena[self.QUEUE_INDEX].item())
+        if chunks == 0:
+            return arena[self.QUEUE].new_zeros(0, self.act_dim)
+        slot = (chunks - 1) % self.cfg.chunk_slots
+        last_step = int(arena[self.RING_INDEX].item()) - 1
+        start = last_step - int(arena[self.QUEUE_STEP][slot].item()) + 1
+        return arena[self.QUEUE][slot, start:].clone()
 
 
 # --- lookup by name (node parameter ``policy``) ----------------------------------

@@ -1,9 +1,12 @@
 """What a policy reads each step: named features with fixed shapes (the observation contract).
 
-Why a declared contract: the engine keeps one static input buffer per feature
+Why a declared contract: both sides of the policy build against it without
+knowing each other. The engine keeps one static input buffer per feature
 (captured graphs read fixed addresses) and refuses a malformed observation
-before it reaches the policy, naming the offending feature. Names follow
-LeRobot's (``observation.state``, ``observation.images.<camera>``,
+before it reaches the policy, naming the offending feature; the robot I/O
+layer (``flashrt_ros.robot_io``) turns cameras and joint states into exactly
+these tensors without knowing the policy. Names follow LeRobot's
+(``observation.state``, ``observation.images.<camera>``,
 ``observation.environment_state``) so a LeRobot checkpoint's features map 1:1.
 
 Images arrive as float32 ``(3, H, W)`` in ``[0, 1]`` (LeRobot's convention);

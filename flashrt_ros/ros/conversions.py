@@ -70,7 +70,9 @@ def engine_status(status: Mapping[str, Any], lifecycle_state: str, stamp: Time) 
                         ("busy", bool), ("position", int), ("boundary_id", int),
                         ("capsule_count", int), ("arena_bytes", int), ("live_bytes", int),
                         ("device_bytes", int), ("host_bytes", int), ("disk_bytes", int),
-                        ("step_p50_ms", float), ("step_p99_ms", float)):
+                        ("step_p50_ms", float), ("step_p99_ms", float),
+                        ("inputs_state", str), ("inputs_detail", str), ("policy_steps", int),
+                        ("deadline_misses", int)):
         if status.get(field) is not None:
             setattr(msg, field, cast(status[field]))
     return msg

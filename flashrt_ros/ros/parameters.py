@@ -60,10 +60,12 @@ PARAMS: tuple[ParamDef, ...] = (
              "committed boundary before answering TIMEOUT.", True, float_range=(0.01, 600.0)),
     ParamDef("control_rate_hz", 50.0, "Policy control rate (engine_kind=policy).", True,
              float_range=(0.1, 2000.0)),
-    ParamDef("qos_depth", 1, "History depth of the observation/action topics.", True,
+    ParamDef("qos_depth", 1, "History depth of the policy's input subscriptions.", True,
              int_range=(1, 1000)),
-    ParamDef("qos_deadline_factor", 1.5, "Deadline of the policy topics as a multiple of the "
-             "control period (0 = no deadline).", True, float_range=(0.0, 100.0)),
+    ParamDef("qos_deadline_factor", 0.0, "Deadline requested by the policy's input subscriptions, "
+             "as a multiple of the control period (0 = none; a subscription that requests a "
+             "deadline refuses publishers offering none). Misses are counted and logged.", True,
+             float_range=(0.0, 100.0)),
     ParamDef("status_period_s", 1.0, "Period of ~/status and /diagnostics.", True,
              float_range=(0.05, 3600.0)),
     ParamDef("autostart", False, "Configure and activate on start-up (flashrt serve sets it).", True),
