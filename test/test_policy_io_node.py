@@ -153,6 +153,7 @@ class _ImagePolicy:
 class _RecordingEngine:
     def __init__(self) -> None:
         self.policy = _ImagePolicy()
+        self.features = self.policy.input_features()      # as PolicyEngine.features
         self.seen: list = []
 
     def step(self, observation):
