@@ -36,6 +36,7 @@ class VerifyOutcome:
     intact: bool
     matches_live: bool
     differing_buffers: list[str]
+    verified: bool = True       # False: no hashes were recorded before (nothing to compare)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -150,7 +151,8 @@ class EngineHost:
         if against_live:
             live = self.engine.verify(name, against_live=True)
             live_ok, differing = live.ok, list(live.mismatched)
-        return VerifyOutcome(intact=stored.ok, matches_live=live_ok, differing_buffers=differing)
+        return VerifyOutcome(intact=stored.ok, matches_live=live_ok, differing_buffers=differing,
+                             verified=stored.verified)
 
     def reset(self) -> None:
         self.engine.reset()
@@ -193,10 +195,13 @@ class EngineHost:
         from flashrt_ros.engine.sampling import SamplingParams
 
         self._stop_requested = False
-        if reset:
-            self.engine.reset()
+        # Every check that can refuse the request runs before reset writes anything.
         sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
                                   seed=seed if seed else None)
+        if reset and not prompt:
+            raise InvalidArgument("reset with an empty prompt: there would be nothing to continue from")
+        if reset:
+            self.engine.reset()
         position_buffer = self.engine.arena[POSITION]
 
         def report(token: int, piece: str) -> None:

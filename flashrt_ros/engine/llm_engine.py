@@ -243,7 +243,7 @@ class LLMEngine:
         a[TOP_K].fill_(params.top_k)
         a[TOP_P].fill_(params.top_p)
         if params.seed is not None:
-            a[RNG_SEED].fill_(int(params.seed))
+            a[RNG_SEED].fill_(params.seed_int64)
             a[RNG_COUNTER].zero_()
 
     def _greedy_now(self) -> bool:
@@ -267,7 +267,14 @@ class LLMEngine:
             return self._prefill(ids, should_stop, self._version())
 
     def _prefill(self, ids: Sequence[int], should_stop: ShouldStop | None, version: tuple[int, int]) -> int:
-        """Chunked feed; stops early at a boundary on ``should_stop`` or when the state was replaced."""
+        """Chunked feed; stops early at a boundary on ``should_stop`` or when the state was replaced.
+
+        ``should_stop`` is always polled between steps, never inside one, so a
+        verb it calls runs at once (see ``BoundaryGate``) and is seen by the
+        version check that follows.
+        """
+        if should_stop is not None and should_stop():
+            return 0
         with self.gate.step():        # read and check at a boundary, before any chunk runs
             position, has_pending = self._scalars()
             feed = ([int(self.arena[PENDING].item())] if has_pending else []) + [int(i) for i in ids]
@@ -283,13 +290,13 @@ class LLMEngine:
                 chunks.append(tensor[offset:offset + n])
                 offset += n
             first = chunks.pop(0)
-            if self._version() != version or (should_stop is not None and should_stop()):
+            if self._version() != version:
                 return 0
             fed = first.shape[0]
             self._run_step("prefill_chunk", lambda: self._prefill_chunk(first), emits=False,
                            after=(position + fed, 0))
         for chunk in chunks:
-            if self._version() != version or (should_stop is not None and should_stop()):
+            if (should_stop is not None and should_stop()) or self._version() != version:
                 break
             fed += chunk.shape[0]
             self._run_step("prefill_chunk", lambda c=chunk: self._prefill_chunk(c), emits=False,
@@ -384,7 +391,7 @@ class LLMEngine:
                 reason = "cancelled" if fed < expected else None
                 t_decode = time.perf_counter()
                 while reason is None:
-                    if self._version() != version or (should_stop is not None and should_stop()):
+                    if (should_stop is not None and should_stop()) or self._version() != version:
                         reason = "cancelled"
                     elif len(emitted) >= max_new_tokens:
                         reason = "max_new_tokens"
@@ -416,6 +423,8 @@ class LLMEngine:
         """Tokenise the prompt and write request settings, as one committed step if anything changed.
 
         Returns the prompt ids and whether a pending token will be fed before them.
+        Everything is checked before anything is written: a refused request
+        leaves the arena byte-identical.
         """
         with self.gate.step():
             position, has_pending = self._scalars()
@@ -433,13 +442,22 @@ class LLMEngine:
             if needed > self.max_context:
                 raise ContextOverflow(f"prompt of {len(ids)} tokens does not fit: position {position}, "
                                       f"max_context {self.max_context}")
+            bad = [i for i in ids if not 0 <= i < self.model.vocab_size]
+            if bad:
+                raise InvalidArgument(f"token ids out of range [0, {self.model.vocab_size}): {bad[:5]}")
+            if not ids and position == 0 and not has_pending:
+                raise InvalidArgument("empty prompt on an empty context: there is nothing to continue from")
             if sampling is not None or ids:
                 self.store.ring.before_step()
-                if sampling is not None:
-                    self._write_sampling(sampling)
-                if ids:
-                    self.arena[PROMPT_LENGTH].fill_(needed)
-                self._commit()
+                try:
+                    if sampling is not None:
+                        self._write_sampling(sampling)
+                    if ids:
+                        self.arena[PROMPT_LENGTH].fill_(needed)
+                    self._commit()
+                except BaseException:
+                    self._abort_step()
+                    raise
         return ids, has_pending
 
     def _last_transcript_token(self, position: int, has_pending: int) -> int | None:
