@@ -24,6 +24,7 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from flashrt_ros.action import Generate
+from flashrt_ros.ros.service_qos import SERVICE_QOS
 from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
                              Verify)
 from std_srvs.srv import Trigger
@@ -56,9 +57,10 @@ class ServiceCallError(RuntimeError):
 
 @dataclass
 class GenerateOutcome:
-    result: Any            # Generate.Result
+    result: Any            # Generate.Result (its ``text`` is always the whole generated text)
     accepted: bool
     status: int            # action_msgs/GoalStatus
+    feedback_complete: bool = True   # every token's feedback arrived (False: some came late or never)
 
 
 class FlashRTClient:
@@ -67,7 +69,7 @@ class FlashRTClient:
     def __init__(self, node: Node, namespace: str = "/flashrt") -> None:
         self.node = node
         self.namespace = namespace.rstrip("/") or ""
-        self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}")
+        self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
                          for verb, (srv, name) in SERVICES.items()}
         self._generate = ActionClient(node, Generate, f"{self.namespace}/generate")
         # Spin the node ourselves only if no executor owns it when we first wait.
@@ -135,8 +137,24 @@ class FlashRTClient:
         return self._generate.send_goal_async(goal, feedback_callback=cb)
 
     def generate(self, prompt: str, *, timeout_s: float = 600.0,
-                 feedback: Callable[[Any], None] | None = None, **fields: Any) -> GenerateOutcome:
-        handle = self._wait(self.generate_async(prompt, feedback=feedback, **fields), 10.0)
+                 feedback: Callable[[Any], None] | None = None, feedback_grace_s: float = 5.0,
+                 **fields: Any) -> GenerateOutcome:
+        """Run one goal to its result.
+
+        Feedback and result travel on different topics, so the last feedback
+        can arrive after the result. Once the result is in, this waits up to
+        ``feedback_grace_s`` for the feedback of every token it reports
+        (``feedback_complete`` says whether all came); ``result.text`` is the
+        whole text in any case, so a caller that printed pieces can print the rest.
+        """
+        received: set[int] = set()
+
+        def on_feedback(fb: Any) -> None:
+            received.add(int(fb.index))
+            if feedback is not None:
+                feedback(fb)
+
+        handle = self._wait(self.generate_async(prompt, feedback=on_feedback, **fields), 10.0)
         if handle is None:
             raise ServiceCallError("generate: no answer to the goal request", 13)
         if not handle.accepted:
@@ -145,9 +163,22 @@ class FlashRTClient:
         if wrapped is None:
             handle.cancel_goal_async()
             raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s", 13)
-        return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status)
+        expected = len(wrapped.result.token_ids)
+        complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
+        return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
+                               feedback_complete=complete)
 
     # --- plumbing -------------------------------------------------------
+    def _wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Poll ``condition`` (spinning our node if we own its executor) until true or timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not condition() and time.monotonic() < deadline:
+            if self._own_executor is not None:
+                self._own_executor.spin_once(timeout_sec=0.05)
+            else:
+                time.sleep(0.01)
+        return condition()
+
     def _wait(self, future: Future, timeout_s: float) -> Any:
         """Wait for a future whether or not another thread spins our node."""
         if not self._decided:

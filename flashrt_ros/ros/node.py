@@ -13,11 +13,14 @@ Transitions (ros2/demos lifecycle_py style):
 
 Services (always advertised; NOT_ACTIVE unless active), under ~/ (default
 /flashrt/...): snapshot restore fork rollback drop list save load verify, plus
-std_srvs/Trigger reset, pause, resume. Each is executed by the engine at a
-committed boundary (between two steps), then answered; a request that waits
-longer than ``boundary_timeout_s`` for a boundary answers TIMEOUT and changes
-nothing. No exception ever crosses a service: the response carries
-success/error_code/message, and the node keeps running.
+std_srvs/Trigger reset, pause, resume. Those that touch the live state are
+executed by the engine at a committed boundary (between two steps), then
+answered; a request that waits longer than ``boundary_timeout_s`` for a
+boundary answers TIMEOUT and changes nothing. The store-only ones (fork, drop,
+list, save, load, stored verify) never hold the engine. No exception ever
+crosses a service: the response carries success/error_code/message, every
+response is proven serializable before it is returned, and the executor loop
+(``spin_until_shutdown``) survives any exception, so the node keeps running.
 
 Executors and threads: a MultiThreadedExecutor with separate callback groups
 for the state services (reentrant: several clients at once), the generate
@@ -45,6 +48,7 @@ from flashrt_ros.msg import EngineStatus
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message
 from flashrt_ros.ros.parameters import PARAMS, NodeConfig, check_value, descriptor
+from flashrt_ros.ros.service_qos import SERVICE_QOS
 from flashrt_ros.runtime.errors import ErrorCode, FlashRTError, InvalidArgument, NotActive
 from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
                              Verify)
@@ -187,13 +191,16 @@ class FlashRTNode(LifecycleNode):
             (Trigger, "reset", self._do_reset), (Trigger, "pause", self._do_pause),
             (Trigger, "resume", self._do_resume),
         ]
+        # Verbs that only touch the capsule store (and the disk) do not hold the engine: the
+        # store has its own lock, and a slow disk must not stall generation.
+        store_only = {"fork", "drop", "list", "save", "load", "verify"}
         self._state_services = [
-            self.create_service(srv, f"~/{name}", self._serve(name, handler),
-                                callback_group=self._state_group)
+            self.create_service(srv, f"~/{name}", self._serve(name, handler, name not in store_only),
+                                qos_profile=SERVICE_QOS, callback_group=self._state_group)
             for srv, name, handler in table]
 
-    def _serve(self, verb: str, handler: Callable[[Any, Any, Any], None]) -> Callable:
-        """Wrap a handler: lifecycle gate, boundary execution, errors as values."""
+    def _serve(self, verb: str, handler: Callable[[Any, Any, Any], None], at_boundary_only: bool) -> Callable:
+        """Wrap a handler: lifecycle gate, boundary execution (engine verbs), errors as values."""
         def callback(request: Any, response: Any) -> Any:
             try:
                 engine = self._require_active()
@@ -206,14 +213,18 @@ class FlashRTNode(LifecycleNode):
                     finally:
                         timing["ms"] = (time.perf_counter() - t0) * 1e3
 
-                engine.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
+                if at_boundary_only:
+                    engine.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
+                else:
+                    at_boundary()     # the engine takes the boundary itself where it needs one
                 conv.fill_ok(response, response.message or "ok")
                 if hasattr(response, "engine_latency_ms"):
                     response.engine_latency_ms = timing.get("ms", 0.0)
             except Exception as exc:   # noqa: BLE001 - the boundary of the node
                 conv.fill_error(response, exc, self.get_logger())
+            response = conv.sendable(response, self.get_logger())
             if not response.success:
-                self.get_logger().warning(f"{verb}: {response.message}")
+                self.get_logger().warning(f"{verb}: {response.message[:500]}")
             return response
         return callback
 
@@ -281,7 +292,8 @@ class FlashRTNode(LifecycleNode):
         resp.intact = bool(report.intact)
         resp.matches_live = bool(report.matches_live) if req.against_live else False
         resp.differing_buffers = list(report.differing_buffers)
-        resp.message = (f"{req.name}: {'intact' if resp.intact else 'CORRUPT'}"
+        stored = "intact" if resp.intact else ("unverified" if not report.verified else "CORRUPT")
+        resp.message = (f"{req.name}: {stored}"
                         + (f", {'matches' if resp.matches_live else 'differs from'} live state"
                            if req.against_live else ""))
 
@@ -320,7 +332,7 @@ class FlashRTNode(LifecycleNode):
             result.stop_reason = "error"
             return result
         try:
-            return self._run_generation(goal_handle, result)
+            return conv.sendable(self._run_generation(goal_handle, result), self.get_logger())
         finally:
             self._generation_lock.release()
 
@@ -342,7 +354,7 @@ class FlashRTNode(LifecycleNode):
             outcome = engine.generate(
                 goal.prompt, max_new_tokens=int(goal.max_new_tokens or self._config.max_new_tokens),
                 temperature=float(goal.temperature), top_k=int(goal.top_k),
-                top_p=float(goal.top_p) if goal.top_p > 0 else 1.0, seed=int(goal.seed),
+                top_p=1.0 if goal.top_p == 0.0 else float(goal.top_p), seed=int(goal.seed),
                 chat=bool(goal.use_chat_template), reset=bool(goal.reset), on_token=on_token,
                 should_stop=lambda: goal_handle.is_cancel_requested or not self._active)
         except Exception as exc:  # noqa: BLE001
@@ -350,7 +362,13 @@ class FlashRTNode(LifecycleNode):
             result.stop_reason = "error"
             goal_handle.abort()
             return result
-        conv.fill_ok(result, f"{len(outcome.token_ids)} tokens, stop: {outcome.stop_reason}")
+        stopped_by_node = outcome.stop_reason == "cancelled" and not goal_handle.is_cancel_requested \
+            and not self._active
+        if stopped_by_node:
+            conv.fill_error(result, FlashRTError("generation stopped: the node was deactivated",
+                                                 ErrorCode.CANCELLED))
+        else:
+            conv.fill_ok(result, f"{len(outcome.token_ids)} tokens, stop: {outcome.stop_reason}")
         result.text = outcome.text
         result.token_ids = [int(t) for t in outcome.token_ids]
         result.stop_reason = outcome.stop_reason
@@ -359,6 +377,8 @@ class FlashRTNode(LifecycleNode):
         result.tokens_per_second = float(outcome.tokens_per_second)
         if outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested:
             goal_handle.canceled()
+        elif stopped_by_node:
+            goal_handle.abort()
         else:
             goal_handle.succeed()
         return result
@@ -386,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     if node.get_parameter("autostart").value:
         threading.Thread(target=_autostart, args=(node,), daemon=True).start()
     try:
-        executor.spin()
+        spin_until_shutdown(executor, node.get_logger())
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
@@ -396,6 +416,24 @@ def main(argv: list[str] | None = None) -> int:
         if rclpy.ok():
             rclpy.try_shutdown()
     return 0
+
+
+def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any) -> None:
+    """``executor.spin()`` that outlives any exception a callback lets escape.
+
+    rclpy re-raises a callback's exception from ``spin_once`` and ``spin()``
+    would end with it, taking the node down; here it is logged and spinning
+    goes on. Service callbacks never let one escape (errors become responses,
+    and ``conversions.sendable`` replaces an unserializable response with an
+    INTERNAL one), so this is the last line of defence, e.g. for timers.
+    """
+    while rclpy.ok():
+        try:
+            executor.spin_once(timeout_sec=0.5)
+        except ExternalShutdownException:
+            return
+        except Exception as exc:  # noqa: BLE001 - the node must keep serving
+            logger.error(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}; the node keeps serving")
 
 
 def _autostart(node: FlashRTNode) -> None:
