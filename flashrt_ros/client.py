@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,10 +25,11 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from flashrt_ros.action import Generate
-from flashrt_ros.ros.service_qos import SERVICE_QOS
+from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
                              Verify)
 from std_srvs.srv import Trigger
+from unique_identifier_msgs.msg import UUID
 
 #: verb -> (service type, service name relative to the node's namespace)
 SERVICES: dict[str, tuple[type, str]] = {
@@ -72,6 +74,13 @@ class FlashRTClient:
         self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
                          for verb, (srv, name) in SERVICES.items()}
         self._generate = ActionClient(node, Generate, f"{self.namespace}/generate")
+        # Our own subscription to the action's feedback topic: rclpy's ActionClient drops a goal's
+        # feedback callback as soon as its result arrives, and feedback travels on another topic,
+        # so the last pieces can come after the result (and were silently lost).
+        self._feedback_callbacks: dict[bytes, Callable[[Any], None]] = {}
+        self._feedback_sub = node.create_subscription(
+            Generate.Impl.FeedbackMessage, f"{self.namespace}/generate/_action/feedback",
+            self._on_feedback, FEEDBACK_QOS)
         # Spin the node ourselves only if no executor owns it when we first wait.
         self._own_executor: Any = None
         self._decided = False
@@ -133,8 +142,19 @@ class FlashRTClient:
             setattr(goal, key, value)
         if not self._generate.wait_for_server(timeout_sec=10.0):
             raise ServiceCallError(f"action {self.namespace}/generate not available", 13)
-        cb = (lambda msg: feedback(msg.feedback)) if feedback else None
-        return self._generate.send_goal_async(goal, feedback_callback=cb)
+        goal_id = UUID(uuid=list(uuid.uuid4().bytes))
+        if feedback is not None:
+            self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
+        return self._generate.send_goal_async(goal, goal_uuid=goal_id)
+
+    def forget_feedback(self, handle: Any) -> None:
+        """Stop delivering feedback of a finished goal (its late pieces are then dropped)."""
+        self._feedback_callbacks.pop(bytes(handle.goal_id.uuid), None)
+
+    def _on_feedback(self, msg: Any) -> None:
+        callback = self._feedback_callbacks.get(bytes(msg.goal_id.uuid))
+        if callback is not None:
+            callback(msg.feedback)
 
     def generate(self, prompt: str, *, timeout_s: float = 600.0,
                  feedback: Callable[[Any], None] | None = None, feedback_grace_s: float = 5.0,
@@ -150,6 +170,8 @@ class FlashRTClient:
         received: set[int] = set()
 
         def on_feedback(fb: Any) -> None:
+            if int(fb.index) in received:
+                return
             received.add(int(fb.index))
             if feedback is not None:
                 feedback(fb)
@@ -165,6 +187,7 @@ class FlashRTClient:
             raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s", 13)
         expected = len(wrapped.result.token_ids)
         complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
+        self.forget_feedback(handle)
         return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
                                feedback_complete=complete)
 

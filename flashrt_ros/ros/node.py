@@ -48,7 +48,7 @@ from flashrt_ros.msg import EngineStatus
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message
 from flashrt_ros.ros.parameters import PARAMS, NodeConfig, check_value, descriptor
-from flashrt_ros.ros.service_qos import SERVICE_QOS
+from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.runtime.errors import ErrorCode, FlashRTError, InvalidArgument, NotActive
 from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
                              Verify)
@@ -77,7 +77,7 @@ class FlashRTNode(LifecycleNode):
         self._generate_server = ActionServer(
             self, Generate, "~/generate", execute_callback=self._execute_generate,
             goal_callback=self._accept_goal, cancel_callback=lambda _g: CancelResponse.ACCEPT,
-            callback_group=self._action_group)
+            feedback_pub_qos_profile=FEEDBACK_QOS, callback_group=self._action_group)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
         self._status_pub = self.create_publisher(EngineStatus, "~/status", latched)

@@ -1,4 +1,4 @@
-"""QoS of the capsule services, shared by the node and the client.
+"""QoS of the capsule services and the generate feedback, shared by the node and the client.
 
 Why not rclpy's default (reliable, keep-last 10): a service's response writer
 keeps one history for all its clients. On a loaded machine, with several
@@ -15,3 +15,8 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 SERVICE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.VOLATILE)
+
+#: Generate feedback (one message per token): deep enough that a burst of tokens is never
+#: evicted before a slow subscriber has it. Compatible with rclpy's action defaults.
+FEEDBACK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                          durability=DurabilityPolicy.VOLATILE)
