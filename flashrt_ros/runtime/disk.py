@@ -388,12 +388,6 @@ def _parse(fd: int, name: str, path: Path) -> CapsuleFile:
     return CapsuleFile(fd, name, manifest, entries, data_start)
 
 
-def read_manifest(directory: Path, name: str) -> dict[str, Any]:
-    """The checked manifest of capsule ``name`` (header only; tensor bytes are not read)."""
-    with open_capsule(directory, name) as f:
-        return f.manifest
-
-
 def read_tensors(f: CapsuleFile, plan: CopyPlan, payload: torch.Tensor) -> list[str]:
     """Read every buffer into its view of the CPU ``payload``, checking dtype and shape.
 
