@@ -41,7 +41,7 @@ def main() -> None:
     for _ in range(3):
         eng.decode_step(greedy=True)
     step = statistics.median(_wall(lambda: eng.decode_step(greedy=True)) for _ in range(REPS))
-    graph = eng._runners[("decode", True)].graph          # the captured decode step (benchmark-only access)
+    graph = eng.runner.decode_runners[("decode", True)].graph          # the captured decode step (benchmark-only access)
     events = []
     for _ in range(REPS):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

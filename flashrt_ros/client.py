@@ -26,8 +26,8 @@ from rclpy.task import Future
 
 from flashrt_ros.action import Generate
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
-from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
-                             Verify)
+from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save, Snapshot,
+                             Unpin, Verify)
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
@@ -42,6 +42,8 @@ SERVICES: dict[str, tuple[type, str]] = {
     "save": (Save, "save"),
     "load": (Load, "load"),
     "verify": (Verify, "verify"),
+    "pin": (Pin, "pin"),
+    "unpin": (Unpin, "unpin"),
     "pause": (Trigger, "pause"),
     "resume": (Trigger, "resume"),
     "reset": (Trigger, "reset"),
@@ -131,7 +133,7 @@ class FlashRTClient:
 
     # --- generate action ------------------------------------------------
     def generate_async(self, prompt: str, *, feedback: Callable[[Any], None] | None = None,
-                       **fields: Any) -> Future:
+                       wait_s: float = 10.0, **fields: Any) -> Future:
         """Send a goal; the future resolves to a ClientGoalHandle."""
         goal = Generate.Goal()
         goal.prompt = prompt
@@ -140,8 +142,9 @@ class FlashRTClient:
             if not hasattr(goal, key):
                 raise ValueError(f"generate: unknown goal field {key!r}")
             setattr(goal, key, value)
-        if not self._generate.wait_for_server(timeout_sec=10.0):
-            raise ServiceCallError(f"action {self.namespace}/generate not available", 13)
+        if not self._generate.wait_for_server(timeout_sec=wait_s):
+            raise ServiceCallError(
+                f"action {self.namespace}/generate not available after {wait_s:.1f} s", 13)
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))
         if feedback is not None:
             self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
@@ -156,10 +159,10 @@ class FlashRTClient:
         if callback is not None:
             callback(msg.feedback)
 
-    def generate(self, prompt: str, *, timeout_s: float = 600.0,
+    def generate(self, prompt: str, *, timeout_s: float = 600.0, wait_s: float = 10.0,
                  feedback: Callable[[Any], None] | None = None, feedback_grace_s: float = 5.0,
                  **fields: Any) -> GenerateOutcome:
-        """Run one goal to its result.
+        """Run one goal to its result; on KeyboardInterrupt cancel it first (see _cancel).
 
         Feedback and result travel on different topics, so the last feedback
         can arrive after the result. Once the result is in, this waits up to
@@ -176,12 +179,17 @@ class FlashRTClient:
             if feedback is not None:
                 feedback(fb)
 
-        handle = self._wait(self.generate_async(prompt, feedback=on_feedback, **fields), 10.0)
+        handle = self._wait(self.generate_async(prompt, feedback=on_feedback, wait_s=wait_s,
+                                                **fields), wait_s)
         if handle is None:
             raise ServiceCallError("generate: no answer to the goal request", 13)
         if not handle.accepted:
             return GenerateOutcome(result=None, accepted=False, status=0)
-        wrapped = self._wait(handle.get_result_async(), timeout_s)
+        try:
+            wrapped = self._wait(handle.get_result_async(), timeout_s)
+        except KeyboardInterrupt as interrupt:
+            interrupt.result = self._cancel(handle, wait_s)
+            raise
         if wrapped is None:
             handle.cancel_goal_async()
             raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s", 13)
@@ -190,6 +198,13 @@ class FlashRTClient:
         self.forget_feedback(handle)
         return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
                                feedback_complete=complete)
+
+    def _cancel(self, handle: Any, wait_s: float) -> Any:
+        """Cancel a goal and return its final result (the node stops at a committed boundary)."""
+        if self._wait(handle.cancel_goal_async(), wait_s) is None:
+            return None
+        wrapped = self._wait(handle.get_result_async(), wait_s)
+        return wrapped.result if wrapped is not None else None
 
     # --- plumbing -------------------------------------------------------
     def _wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
@@ -210,7 +225,10 @@ class FlashRTClient:
                 self._own_executor = SingleThreadedExecutor()
                 self._own_executor.add_node(self.node)
         if self._own_executor is not None:
-            self._own_executor.spin_until_future_complete(future, timeout_sec=timeout_s)
+            # Short slices: a KeyboardInterrupt is raised between them, not after timeout_s.
+            deadline = time.monotonic() + timeout_s
+            while not future.done() and (left := deadline - time.monotonic()) > 0:
+                self._own_executor.spin_until_future_complete(future, timeout_sec=min(left, 0.2))
         else:
             done = threading.Event()
             future.add_done_callback(lambda _f: done.set())

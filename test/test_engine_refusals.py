@@ -1,16 +1,16 @@
 """Refused or failed requests leave the live state byte-identical; verbs from the engine's own callbacks.
 
 Every refusal path is checked by comparing the whole arena block before and after.
+The Generate goal's own fields (sampling, reset, session) are checked through the
+node in test_node_services.py (verify against the live state).
 """
 from __future__ import annotations
 
-import math
 import threading
 
 import pytest
 
 from flashrt_ros.engine import LLMEngine
-from flashrt_ros.engine.factory import EngineHost
 from flashrt_ros.engine.sampling import SamplingParams
 from flashrt_ros.models.registry import load_model
 from flashrt_ros.runtime.errors import Busy, ContextOverflow, InvalidArgument
@@ -34,12 +34,6 @@ def used_engine(tiny) -> LLMEngine:
     return engine
 
 
-def host_generate(host: EngineHost, prompt: str = "more", **kw):
-    fields = dict(max_new_tokens=2, temperature=0.0, top_k=0, top_p=1.0, seed=0, chat=False, reset=False)
-    fields.update(kw)
-    return host.generate(prompt, on_token=lambda *a: None, should_stop=lambda: False, **fields)
-
-
 ENGINE_REFUSALS = {
     "token id out of range": (InvalidArgument, lambda e: e.generate([5, e.model.vocab_size + 3], max_new_tokens=2)),
     "negative token id": (InvalidArgument, lambda e: e.generate([-1], max_new_tokens=2)),
@@ -48,20 +42,6 @@ ENGINE_REFUSALS = {
     "negative max_new_tokens": (InvalidArgument, lambda e: e.generate("x", max_new_tokens=-1)),
     "chat with token ids": (InvalidArgument, lambda e: e.generate([1, 2], chat=True)),
 }
-HOST_REFUSALS = {
-    "temperature < 0": dict(temperature=-0.5),
-    "temperature NaN": dict(temperature=math.nan),
-    "temperature inf": dict(temperature=math.inf),
-    "top_p > 1": dict(top_p=1.5),
-    "top_p NaN": dict(top_p=math.nan),
-    "top_p 0": dict(top_p=0.0),
-    "top_k < 0": dict(top_k=-3),
-    "seed over uint64": dict(seed=2 ** 64, temperature=0.9),
-    "invalid temperature with reset": dict(temperature=-1.0, reset=True),
-    "reset with an empty prompt": dict(prompt="", reset=True),
-}
-
-
 @pytest.mark.parametrize("case", ENGINE_REFUSALS, ids=list(ENGINE_REFUSALS))
 def test_refused_engine_request_leaves_the_arena_byte_identical(tiny, case):
     error, call = ENGINE_REFUSALS[case]
@@ -69,16 +49,6 @@ def test_refused_engine_request_leaves_the_arena_byte_identical(tiny, case):
     before = engine.arena.block.clone()
     with pytest.raises(error):
         call(engine)
-    assert engine.arena.block.equal(before)
-
-
-@pytest.mark.parametrize("case", HOST_REFUSALS, ids=list(HOST_REFUSALS))
-def test_refused_generate_goal_leaves_the_arena_byte_identical(tiny, tmp_path, case):
-    engine = used_engine(tiny)
-    host = EngineHost(engine, "llm", "tiny", tmp_path)
-    before = engine.arena.block.clone()
-    with pytest.raises(InvalidArgument):
-        host_generate(host, **HOST_REFUSALS[case])
     assert engine.arena.block.equal(before)
 
 
@@ -90,14 +60,13 @@ def test_empty_prompt_on_an_empty_context_is_refused_and_changes_nothing(tiny):
     assert engine.arena.block.equal(before)
 
 
-def test_the_largest_uint64_seed_is_accepted_and_stored_as_int64(tiny, tmp_path):
+def test_the_largest_uint64_seed_is_accepted_and_stored_as_int64(tiny):
     engine = used_engine(tiny)
-    host = EngineHost(engine, "llm", "tiny", tmp_path)
-    host_generate(host, temperature=0.9, seed=2 ** 64 - 1)
+    engine.generate("more", max_new_tokens=2, sampling=SamplingParams(temperature=0.9, seed=2 ** 64 - 1))
     sampling = engine.status()["sampling"]
     assert sampling["seed"] == -1 and sampling["temperature"] == pytest.approx(0.9)
     again = used_engine(tiny)
-    host_generate(EngineHost(again, "llm", "tiny", tmp_path), temperature=0.9, seed=2 ** 64 - 1)
+    again.generate("more", max_new_tokens=2, sampling=SamplingParams(temperature=0.9, seed=2 ** 64 - 1))
     assert again.transcript() == engine.transcript()          # the same seed, the same draws
 
 
@@ -106,13 +75,13 @@ def test_restore_from_on_token_is_refused_at_once_and_the_step_is_undone(tiny):
     tokens = reference.generate(" go on", max_new_tokens=8, stop_ids=[]).token_ids
 
     engine = used_engine(tiny)
-    engine.snapshot("a")
+    engine.capsules.snapshot("a")
     seen: list[int] = []
 
     def on_token(token: int, piece: str) -> None:
         seen.append(token)
         if len(seen) == 5:
-            engine.restore("a")              # inside the step: would run mid-step
+            engine.capsules.restore("a")              # inside the step: would run mid-step
 
     with pytest.raises(Busy, match="inside an engine step"):
         engine.generate(" go on", max_new_tokens=8, stop_ids=[], on_token=on_token)
@@ -123,8 +92,8 @@ def test_restore_from_on_token_is_refused_at_once_and_the_step_is_undone(tiny):
 
 def test_restore_from_should_stop_runs_at_once_and_ends_the_generation(tiny):
     engine = used_engine(tiny)
-    engine.verb_timeout_s = None                     # a self-wait would hang forever
-    engine.snapshot("a")
+    engine.capsules.timeout_s = None                    # a self-wait would hang forever
+    engine.capsules.snapshot("a")
     at_a = engine.transcript()
     expected = used_engine(tiny).generate([], max_new_tokens=5, stop_ids=[]).token_ids
     polls = []
@@ -132,7 +101,7 @@ def test_restore_from_should_stop_runs_at_once_and_ends_the_generation(tiny):
     def should_stop() -> bool:
         polls.append(1)
         if len(polls) == 4:
-            engine.restore("a")
+            engine.capsules.restore("a")
         return False
 
     outcome: dict = {}

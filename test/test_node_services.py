@@ -15,24 +15,20 @@ import time
 import pytest
 
 from flashrt_ros.runtime.errors import ErrorCode
-from node_fixtures import ros_node  # noqa: F401 - fixture
+from node_fixtures import active_node, client_of, ros_node  # noqa: F401 - fixture
 from capsule_files import rewrite_manifest
 from rosproc import NodeUnderTest, ros_env
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    n = NodeUnderTest(tmp_path_factory.mktemp("svc"), "svc", {})
-    n.wait_active()
-    yield n
-    assert n.stop() == 0, n.log.read_text()
-    assert "Traceback" not in n.log.read_text(), n.log.read_text()
+    with active_node(tmp_path_factory.mktemp("svc"), "svc") as n:
+        yield n
 
 
 @pytest.fixture(scope="module")
 def client(node, ros_node):  # noqa: F811
-    from flashrt_ros.client import FlashRTClient
-    return FlashRTClient(ros_node, f"{node.namespace}/flashrt")
+    return client_of(node, ros_node)
 
 
 def generate(client, prompt, n, **kw):
@@ -201,7 +197,7 @@ def test_concurrent_clients_get_consistent_answers(client):
 
 def test_cli_talks_to_the_running_node(node):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--namespace",
+        return subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--node",
                                f"{node.namespace}/flashrt", *args], capture_output=True, text=True,
                               env=ros_env(), timeout=60)
     r = cli("snapshot", "from_cli", "--overwrite")
@@ -233,9 +229,9 @@ def test_budget_exhausted_is_an_error_not_a_crash(tmp_path, ros_node):  # noqa: 
 @pytest.mark.parametrize("fields", [
     {"temperature": -1.0}, {"temperature": math.nan}, {"temperature": math.inf}, {"top_p": 1.5},
     {"top_p": math.nan}, {"top_k": -1}, {"temperature": -1.0, "reset": True},
-    {"prompt": "", "reset": True},
+    {"prompt": "", "reset": True}, {"top_p": -0.5, "session": "elsewhere"},
 ], ids=["temperature<0", "temperature-nan", "temperature-inf", "top_p>1", "top_p-nan", "top_k<0",
-        "bad-field-with-reset", "reset-empty-prompt"])
+        "bad-field-with-reset", "reset-empty-prompt", "bad-field-with-session"])
 def test_invalid_generate_fields_are_refused_and_change_no_live_byte(client, fields):
     generate(client, "state that must survive", 3, reset=True)
     client.call("snapshot", name="pre_refusal", overwrite=True)

@@ -68,7 +68,7 @@ def measure_ours(model: CausalLM, context: int, s: RunSettings, fp: FingerprintI
     dev = s.device
 
     def cold() -> int:
-        eng.reset()
+        eng.capsules.reset()
         eng.prefill(ids)
         return eng.decode_step(greedy=True)
 
@@ -80,14 +80,14 @@ def measure_ours(model: CausalLM, context: int, s: RunSettings, fp: FingerprintI
         firsts.append(token)
     uninterrupted = [firsts[-1]] + [eng.decode_step(greedy=True) for _ in range(CHECK_TOKENS - 1)]
 
-    eng.reset()
+    eng.capsules.reset()
     eng.prefill(ids)
-    info = eng.snapshot("bench_prompt", overwrite=True)
+    info = eng.capsules.snapshot("bench_prompt", overwrite=True)
     for _ in range(OTHER_TOKENS):                  # graph capture of "decode" happens here
         eng.decode_step(greedy=True)
 
     def warm() -> int:
-        eng.restore("bench_prompt")
+        eng.capsules.restore("bench_prompt")
         return eng.decode_step(greedy=True)
 
     warm_ms = []
@@ -96,13 +96,13 @@ def measure_ours(model: CausalLM, context: int, s: RunSettings, fp: FingerprintI
         warm_ms.append(ms)
         for _ in range(OTHER_TOKENS):
             eng.decode_step(greedy=True)
-    eng.restore("bench_prompt")
+    eng.capsules.restore("bench_prompt")
     restored = [eng.decode_step(greedy=True) for _ in range(CHECK_TOKENS)]
 
     decode_ms = [wall_ms(lambda: eng.decode_step(greedy=True), dev)[0] for _ in range(DECODE_TOKENS)]
 
-    snap_ms = median_event_ms(lambda: eng.snapshot("bench_probe", overwrite=True), s.capsule_reps, dev)
-    restore_ms = median_event_ms(lambda: eng.restore("bench_prompt"), s.capsule_reps, dev)
+    snap_ms = median_event_ms(lambda: eng.capsules.snapshot("bench_probe", overwrite=True), s.capsule_reps, dev)
+    restore_ms = median_event_ms(lambda: eng.capsules.restore("bench_prompt"), s.capsule_reps, dev)
     floor_ms = copy_floor_ms(info.nbytes, dev, s.capsule_reps)
     out = {
         "cold_ttft_ms": statistics.median(cold_ms),

@@ -44,7 +44,8 @@ def time_msg(unix_s: float) -> Time:
 
 
 def capsule_info(capsule: Any) -> CapsuleInfo:
-    """Metadata of a runtime Capsule as a CapsuleInfo message (ranges checked)."""
+    """Metadata of a runtime capsule (Capsule or CapsuleSummary) as a CapsuleInfo message
+    (ranges checked)."""
     return CapsuleInfo(
         name=str(capsule.name),
         session=str(capsule.session),
