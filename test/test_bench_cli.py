@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from flashrt_ros import bench
+from flashrt_ros.benchmarks import llm as bench
 
 TINY = ["--quick", "--device", "cpu", "--contexts", "24", "--reps", "1", "--capsule-reps", "3",
         "--bandwidth-mib", "4"]

@@ -7,7 +7,7 @@ tokens, then times (medians of 50):
   - replay plus the host read of the token (what any engine must do per token).
 The differences are the engine's host work per step (gate, ring record, commit)
 and the launch gaps inside the graph. Run on a GPU:
-``python benchmarks/bench_decode_overhead.py``.
+``python -m flashrt_ros.benchmarks.kernel_decode_overhead``.
 """
 from __future__ import annotations
 

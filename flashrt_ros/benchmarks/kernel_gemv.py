@@ -2,7 +2,7 @@
 
 Prints a table (median of CUDA-graph replays of 20 back-to-back products, so launch
 gaps are small), the achieved read bandwidth and the ratio. Run on a GPU:
-    python benchmarks/bench_gemv.py
+    python -m flashrt_ros.benchmarks.kernel_gemv
 """
 from __future__ import annotations
 

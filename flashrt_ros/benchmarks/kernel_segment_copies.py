@@ -4,7 +4,7 @@ A capsule of an attention model is one segment per KV buffer (each live only up
 to the position), so a snapshot or restore is N copies of total size B. This
 prints, for a few (N, B), the median time of: one flat copy of B bytes (the
 floor), ``torch._foreach_copy_`` over the N segments, and a loop of ``copy_``
-(CUDA events, median of 50). Run on a GPU: ``python benchmarks/bench_segment_copies.py``.
+(CUDA events, median of 50). Run on a GPU: ``python -m flashrt_ros.benchmarks.kernel_segment_copies``.
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ _SHORT_MIN_SPLIT = 128          # keys per slice at least (partials cost bytes t
 def _prefill_config(head_dim: int, n_queries: int) -> tuple[int, int, int, int]:
     """``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` for a prefill; BLOCK_M shrinks for short prompts.
 
-    Picked on an H200 with benchmarks/bench_attention.py (2048-token chunk at
+    Picked on an H200 with benchmarks/kernel_attention.py (2048-token chunk at
     start 14336): dim 256 (128, 64, 8, 2) at 433 TFLOP/s, dim 64 (64, 64, 4, 3)
     at 238 TFLOP/s; both beat SDPA's flash kernel on the same keys there. Dim 128
     takes the dim-256 config (not measured).
