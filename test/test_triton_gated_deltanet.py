@@ -57,7 +57,7 @@ def _conv_inputs(t: int, channels: int, kernel: int, dtype: torch.dtype, seed: i
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_bias", [False, True])
-@pytest.mark.parametrize("t", [1, 2, 3, 7, 40])
+@pytest.mark.parametrize("t", [1, 2, 3, 7, 40, 70])
 def test_conv_update_matches_reference_output_and_state_window(t, with_bias, dtype):
     from flashrt_ros.ops.triton.gated_deltanet import causal_conv1d_update
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 import flashrt_ros.ops.triton.attention as attention
-from flashrt_ros.benchmarks.timing import median_event_ms
+from flashrt_ros.benchmarks.timing import graph_ms, median_event_ms
 
 SHAPES = {"hybrid": (8, 2, 256), "smollm2": (9, 3, 64)}
 CONFIGS = {256: [(64, 32, 8, 2), (64, 64, 8, 2), (128, 32, 8, 2), (64, 32, 4, 3), (128, 64, 8, 2)],
@@ -42,8 +42,10 @@ def _sdpa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: 
 def short_chunks(turn: int = 64) -> None:
     """A ``turn``-token chunk after a long history: split-key slice targets vs the flash-style kernel."""
     variants = [("flash-style", {"_SHORT_MAX_QUERIES": 1})] + [
-        (f"split target {n} min {m}", {"_SHORT_TARGET_PROGRAMS": n, "_SHORT_MIN_SPLIT": m})
-        for n, m in ((264, 128), (528, 128), (1056, 128), (528, 256))]
+        (f"split target {n} min {m} block_m {bm}",
+         {"_SHORT_TARGET_PROGRAMS": n, "_SHORT_MIN_SPLIT": m, "_SHORT_BLOCK_M": bm})
+        for n, m, bm in ((132, 128, 64), (264, 128, 64), (528, 128, 64), (264, 256, 64), (132, 128, 128),
+                         (264, 128, 128), (132, 256, 32), (264, 128, 32))]
     for name, (h, kv, d) in SHAPES.items():
         for start in (2048, 16384 - turn):
             cache = start + turn + 64
@@ -54,14 +56,14 @@ def short_chunks(turn: int = 64) -> None:
             live_bytes = 2 * (start + turn) * kv * d * 2
             sdpa = _sdpa(q, k_cache, v_cache, start)
             ref = sdpa()[0].transpose(0, 1).float()
-            ms = _ms(sdpa)
+            ms = graph_ms(sdpa)
             print(f"{name} T={turn} start={start}: SDPA {ms * 1e3:.1f} us ({live_bytes / ms / 1e6:.0f} GB/s)")
             for label, patch in variants:
                 saved = {k: getattr(attention, k) for k in patch}
                 try:
                     for k, v in patch.items():
                         setattr(attention, k, v)
-                    ms = _ms(lambda: attention.static_kv_attention(q, k_cache, v_cache, pos))
+                    ms = graph_ms(lambda: attention.static_kv_attention(q, k_cache, v_cache, pos))
                     out = attention.static_kv_attention(q, k_cache, v_cache, pos).float()
                     err = ((out - ref).norm() / ref.norm()).item()
                     print(f"  {label}: {ms * 1e3:.1f} us ({live_bytes / ms / 1e6:.0f} GB/s), rel err {err:.1e}")
@@ -94,7 +96,7 @@ def main() -> None:
             for cfg in CONFIGS[d]:
                 attention._prefill_config = lambda head_dim, n, c=cfg: (min(c[0], max(16, n)), *c[1:])
                 try:
-                    ms = _ms(lambda: attention.static_kv_attention(q, k_cache, v_cache, pos))
+                    ms = graph_ms(lambda: attention.static_kv_attention(q, k_cache, v_cache, pos))
                     out = attention.static_kv_attention(q, k_cache, v_cache, pos)
                     err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
                     print(f"  config {cfg}: {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s), rel err {err:.1e}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from flashrt_ros.benchmarks.timing import graph_ms
 from flashrt_ros.ops.triton.gemv import gemv, gemv_config
 
 SHAPES = {  # (out N, in K): hybrid 0.81B and SmolLM2-135M decode projections
@@ -17,26 +18,6 @@ SHAPES = {  # (out N, in K): hybrid 0.81B and SmolLM2-135M decode projections
     "smollm2 wqkv": (960, 576), "smollm2 wo": (576, 576), "smollm2 w13": (3072, 576), "smollm2 w2": (576, 1536),
     "smollm2 lm_head": (49152, 576),
 }
-REPEAT = 20
-
-
-def graph_ms(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(REPEAT):
-            fn()
-    times = []
-    for _ in range(30):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); g.replay(); b.record(); b.synchronize()
-        times.append(a.elapsed_time(b) / REPEAT)
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> None:

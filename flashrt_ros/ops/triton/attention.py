@@ -44,6 +44,7 @@ _COMBINE_CHUNK = 16             # partials merged per iteration of the combine l
 _SHORT_MAX_QUERIES = 256        # prefill chunks up to this length take the split-key kernel
 _SHORT_TARGET_PROGRAMS = 528    # about 4 programs per SM of an H200 (132 SMs) at a full cache
 _SHORT_MIN_SPLIT = 128          # keys per slice at least (partials cost bytes too)
+_SHORT_BLOCK_M = 64             # stacked query rows per program at most
 
 
 def _prefill_config(head_dim: int, n_queries: int) -> tuple[int, int, int, int]:
@@ -86,7 +87,7 @@ def _short_config(head_dim: int, n_queries: int, group: int, n_kv: int,
     about ``_SHORT_TARGET_PROGRAMS`` programs; it never depends on the position.
     """
     rows = n_queries * group
-    block_m = min(64, max(16, next_power_of_2(rows)))
+    block_m = min(_SHORT_BLOCK_M, max(16, next_power_of_2(rows)))
     block_n = 64
     tiles = triton.cdiv(rows, block_m) * n_kv
     wanted = max(1, _SHORT_TARGET_PROGRAMS // tiles)

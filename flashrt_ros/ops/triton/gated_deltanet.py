@@ -24,6 +24,8 @@ from flashrt_ros.ops.triton import next_power_of_2
 
 _CONV_BLOCK_C = 256
 _CONV_BLOCK_T = 16
+_CONV_ONE_LAUNCH_T = 64         # up to this many tokens: one program sees every step (state updated in it)
+_CONV_NARROW_C = 64             # channels per program then (a 64 x 64 tile does not spill)
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
@@ -109,8 +111,8 @@ def causal_conv1d_update(x: torch.Tensor, state: torch.Tensor, weight: torch.Ten
     ``weight [C, K]``, optional ``bias [C]``. Returns ``[T, C]`` in ``x``'s dtype,
     or with ``sections=(w0, w1, w2)`` (summing to C) three contiguous
     ``[T, w_i]`` tensors, the column blocks of that result.
-    Up to ``_CONV_BLOCK_T`` tokens (decode included) it is one launch; longer
-    inputs update the state with a second, small launch.
+    Up to ``_CONV_ONE_LAUNCH_T`` tokens (decode and a short turn included) it
+    is one launch; longer inputs update the state with a second, small launch.
     """
     t, c = x.shape
     kernel = weight.shape[-1]
@@ -119,13 +121,16 @@ def causal_conv1d_update(x: torch.Tensor, state: torch.Tensor, weight: torch.Ten
     assert sections is None or (len(sections) == 3 and sum(sections) == c), "sections must be 3 widths summing to C"
     out = torch.empty((t, c), dtype=x.dtype, device=x.device)
     s1, s2 = (sections[0], sections[0] + sections[1]) if sections is not None else (c, c)
-    block_t = min(next_power_of_2(t), _CONV_BLOCK_T)
+    if _CONV_BLOCK_T < t <= _CONV_ONE_LAUNCH_T:
+        block_t, block_c = next_power_of_2(t), _CONV_NARROW_C
+    else:
+        block_t, block_c = min(next_power_of_2(t), _CONV_BLOCK_T), _CONV_BLOCK_C
     block_w = next_power_of_2(kernel - 1)
     time_blocks = triton.cdiv(t, block_t)
-    channel_blocks = triton.cdiv(c, _CONV_BLOCK_C)
+    channel_blocks = triton.cdiv(c, block_c)
     _causal_conv_kernel[(channel_blocks, time_blocks)](
         x, x.stride(0), state, weight, weight.stride(0), weight.stride(1), weight if bias is None else bias, out,
-        t, c, s1, s2, K=kernel, BLOCK_W=block_w, BLOCK_T=block_t, BLOCK_C=_CONV_BLOCK_C,
+        t, c, s1, s2, K=kernel, BLOCK_W=block_w, BLOCK_T=block_t, BLOCK_C=block_c,
         HAS_BIAS=bias is not None, SILU=silu, UPDATE_STATE=time_blocks == 1, SECTIONED=sections is not None,
         num_warps=4 if block_t == 1 else 8)     # 16 x 256 tiles spill at 4 warps (sm_90 compile)
     if time_blocks > 1:     # other programs read the old window: update it after they are done
