@@ -42,10 +42,9 @@ def _sdpa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: 
 def short_chunks(turn: int = 64) -> None:
     """A ``turn``-token chunk after a long history: split-key slice targets vs the flash-style kernel."""
     variants = [("flash-style", {"_SHORT_MAX_QUERIES": 1})] + [
-        (f"split target {n} min {m} block_m {bm}",
-         {"_SHORT_TARGET_PROGRAMS": n, "_SHORT_MIN_SPLIT": m, "_SHORT_BLOCK_M": bm})
-        for n, m, bm in ((132, 128, 64), (264, 128, 64), (528, 128, 64), (264, 256, 64), (132, 128, 128),
-                         (264, 128, 128), (132, 256, 32), (264, 128, 32))]
+        (f"split block_m {bm} target {n}",
+         {"_SHORT_BLOCK_M": {True: bm, False: bm}, "_SHORT_TARGET_PROGRAMS": {True: n, False: n}})
+        for bm, n in ((32, 264), (64, 132), (64, 264), (64, 528), (128, 132), (128, 264))]
     for name, (h, kv, d) in SHAPES.items():
         for start in (2048, 16384 - turn):
             cache = start + turn + 64

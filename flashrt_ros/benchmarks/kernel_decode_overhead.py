@@ -6,9 +6,7 @@ tokens, then times (medians of 50):
   - the decode graph's replay alone (CUDA events: device time of the step's kernels);
   - replay plus the host read of the token (what any engine must do per token).
 The differences are the engine's host work per step (gate, ring record, commit)
-and the launch gaps inside the graph. Then the same split for a follow-up turn
-(restore of the 2048-token capsule + a 64-token prefill + the first token):
-each verb's wall time, and the 64-token prefill graph's device time. Run on a GPU:
+and the launch gaps inside the graph. Run on a GPU:
 ``python -m flashrt_ros.benchmarks.kernel_decode_overhead``.
 """
 from __future__ import annotations
@@ -62,46 +60,6 @@ def main() -> None:
                      ("graph replay + token read, wall", with_read)):
         print(f"| {name} | {ms:.3f} | {ms / step:.0%} |")
     print(f"| engine host work per step (d - replay+read) | {step - with_read:.3f} | {(step - with_read) / step:.0%} |")
-    _followup(eng, pair.ours.vocab_size)
-
-
-def _followup(eng: LLMEngine, vocab_size: int, turn: int = 64) -> None:
-    ids = prompt_ids(vocab_size, 2048 + turn, 1, torch.device("cpu")).tolist()
-    eng.reset()
-    eng.prefill(ids[:2048])
-    eng.snapshot("prefix", overwrite=True)
-
-    def whole() -> None:
-        eng.restore("prefix")
-        eng.prefill(ids[2048:])
-        eng.decode_step(greedy=True)
-
-    for _ in range(3):
-        whole()
-    parts: dict[str, list[float]] = {"restore": [], "prefill(turn)": [], "decode_step (first token)": []}
-    totals = []
-    for _ in range(REPS):
-        totals.append(_wall(whole))
-        parts["restore"].append(_wall(lambda: eng.restore("prefix")))
-        parts["prefill(turn)"].append(_wall(lambda: eng.prefill(ids[2048:])))
-        parts["decode_step (first token)"].append(_wall(lambda: eng.decode_step(greedy=True)))
-    graph = eng._prefill_runners[turn].graph              # the captured 64-token chunk (benchmark-only access)
-    events = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        events.append(a.elapsed_time(b))
-    total = statistics.median(totals)
-    print(f"\n| follow-up turn ({turn} tokens after 2048) | ms | share |")
-    print("|---|---|---|")
-    print(f"| whole: restore + prefill + first token | {total:.3f} | 100% |")
-    for name, xs in parts.items():
-        print(f"| {name}, wall | {statistics.median(xs):.3f} | {statistics.median(xs) / total:.0%} |")
-    replay = statistics.median(events)
-    print(f"| {turn}-token prefill graph replay, device time | {replay:.3f} | {replay / total:.0%} |")
 
 
 if __name__ == "__main__":

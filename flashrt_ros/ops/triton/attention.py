@@ -42,9 +42,13 @@ _LOG2E = math.log2(math.e)
 _DECODE_TARGET_SPLITS = 64      # split slices per kv head at full cache (H200: 132 SMs)
 _COMBINE_CHUNK = 16             # partials merged per iteration of the combine loop
 _SHORT_MAX_QUERIES = 256        # prefill chunks up to this length take the split-key kernel
-_SHORT_TARGET_PROGRAMS = 528    # about 4 programs per SM of an H200 (132 SMs) at a full cache
 _SHORT_MIN_SPLIT = 128          # keys per slice at least (partials cost bytes too)
-_SHORT_BLOCK_M = 64             # stacked query rows per program at most
+# (stacked query rows per program at most, programs at a full cache) by head dim: measured on an H200
+# in a CUDA graph (benchmarks/kernel_attention.py --short, 64-token turn at 2k and 16k): dim 256
+# (128, 132) 16 / 37 us per layer (905 GB/s of live KV at 16k; SDPA flash 22 / 48 us); dim 64
+# (64, 528) 9 / 19 us (SDPA 12 / 24 us).
+_SHORT_BLOCK_M = {True: 128, False: 64}            # keyed by head_dim >= 128
+_SHORT_TARGET_PROGRAMS = {True: 132, False: 528}
 
 
 def _prefill_config(head_dim: int, n_queries: int) -> tuple[int, int, int, int]:
@@ -85,12 +89,15 @@ def _short_config(head_dim: int, n_queries: int, group: int, n_kv: int,
     SPLIT is a power of two (>= ``_SHORT_MIN_SPLIT``, a multiple of BLOCK_N)
     chosen from the cache size and the row tiles so that a full cache gives
     about ``_SHORT_TARGET_PROGRAMS`` programs; it never depends on the position.
+    Stacking a whole GQA group's rows in one tile (128 rows for dim 256) reads
+    each kv row once per slice instead of once per tile.
     """
     rows = n_queries * group
-    block_m = min(_SHORT_BLOCK_M, max(16, next_power_of_2(rows)))
+    wide = head_dim >= 128
+    block_m = min(_SHORT_BLOCK_M[wide], max(16, next_power_of_2(rows)))
     block_n = 64
     tiles = triton.cdiv(rows, block_m) * n_kv
-    wanted = max(1, _SHORT_TARGET_PROGRAMS // tiles)
+    wanted = max(1, _SHORT_TARGET_PROGRAMS[wide] // tiles)
     split = max(_SHORT_MIN_SPLIT, next_power_of_2(triton.cdiv(max_context, wanted)))
     num_warps, num_stages = (8, 2) if head_dim >= 128 else (4, 3)
     return block_m, block_n, split, triton.cdiv(max_context, split), num_warps, num_stages
