@@ -17,6 +17,7 @@ import time
 import torch
 
 from flashrt_ros.benchmarks.models import build_hybrid
+from flashrt_ros.benchmarks.timing import median_event_ms
 from flashrt_ros.benchmarks.measure import prompt_ids
 from flashrt_ros.engine.llm_engine import LLMEngine
 from flashrt_ros.engine.state import PENDING
@@ -42,15 +43,7 @@ def main() -> None:
         eng.decode_step(greedy=True)
     step = statistics.median(_wall(lambda: eng.decode_step(greedy=True)) for _ in range(REPS))
     graph = eng._runners[("decode", True)].graph          # the captured decode step (benchmark-only access)
-    events = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        events.append(a.elapsed_time(b))
-    replay = statistics.median(events)
+    replay = median_event_ms(graph.replay, REPS, torch.device("cuda"))
     with_read = statistics.median(_wall(lambda: (graph.replay(), int(eng.arena[PENDING].item())))
                                   for _ in range(REPS))
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; hybrid-0.81B bf16 at position ~2100")

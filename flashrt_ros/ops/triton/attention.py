@@ -26,7 +26,7 @@ Three forms, picked by the chunk length alone (so a graph fits every position):
   history, reading the KV at ~1 % of HBM bandwidth; here the grid is
   (row tile, kv head, key slice), rows stacking a group's heads so each kv row
   is read once per group, and a combine kernel merges the slices;
-- decode (T == 1): the same split-key kernels with one query row per head.
+- decode (T == 1): the same split-key kernels, the group's heads forming one tile.
 """
 from __future__ import annotations
 
@@ -166,12 +166,12 @@ def _attention_prefill_kernel(
 
 
 @triton.jit
-def _attention_short_split_kernel(
+def _attention_split_kernel(
         q_ptr, k_ptr, v_ptr, start_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, n_queries, qk_scale,
         stride_qt, stride_qh, stride_qd, stride_kt, stride_kh, stride_vt, stride_vh,
         H: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One (row tile, kv head, key slice) of a short prefill chunk.
+    """One (row tile, kv head, key slice) of a short prefill chunk or a decode step.
 
     Row ``r`` is query ``t = r // GROUP`` of head ``kv * GROUP + r % GROUP`` at
     position ``start + t``; the slice covers keys ``[s*SPLIT, (s+1)*SPLIT)`` up to
@@ -216,51 +216,6 @@ def _attention_short_split_kernel(
     tl.store(part_acc_ptr + part[:, None] * D + cols[None, :], acc, mask=row_ok[:, None])
     tl.store(part_max_ptr + part, m_i, mask=row_ok)
     tl.store(part_sum_ptr + part, l_i, mask=row_ok)
-
-
-@triton.jit
-def _attention_decode_split_kernel(
-        q_ptr, k_ptr, v_ptr, start_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, qk_scale,
-        stride_qh, stride_qd, stride_kt, stride_kh, stride_vt, stride_vh,
-        GROUP: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-        SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One (kv head, key slice): the group's heads attend keys ``[s*SPLIT, min((s+1)*SPLIT, start+1))``.
-
-    Writes the unnormalised accumulator, row max (base 2) and row sum; a slice
-    past the live length exits at once and the combine kernel never reads it.
-    """
-    group = tl.program_id(0)
-    split = tl.program_id(1)
-    live_len = tl.load(start_ptr).to(tl.int32) + 1
-    lo = split * SPLIT
-    if lo >= live_len:
-        return
-    hi = tl.minimum(lo + SPLIT, live_len)
-    g_rows = tl.arange(0, G_PAD)
-    heads = group * GROUP + g_rows
-    cols = tl.arange(0, D)
-    keys = tl.arange(0, BLOCK_N)
-    q = tl.load(q_ptr + heads[:, None] * stride_qh + cols[None, :] * stride_qd,
-                mask=g_rows[:, None] < GROUP, other=0.0)
-    k_base = k_ptr + group * stride_kh + cols[None, :]
-    v_base = v_ptr + group * stride_vh + cols[None, :]
-    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
-    l_i = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([G_PAD, D], tl.float32)
-    for n in range(lo, hi, BLOCK_N):
-        key_pos = n + keys
-        live = key_pos < hi
-        k = tl.load(k_base + key_pos[:, None] * stride_kt, mask=live[:, None], other=0.0).to(q.dtype)
-        v = tl.load(v_base + key_pos[:, None] * stride_vt, mask=live[:, None], other=0.0).to(q.dtype)
-        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-        qk = tl.where(live[None, :], qk, float("-inf"))
-        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, qk, v, DOT_PRECISION)
-
-    part = heads * NUM_SPLITS + split
-    in_group = g_rows < GROUP
-    tl.store(part_acc_ptr + part[:, None] * D + cols[None, :], acc, mask=in_group[:, None])
-    tl.store(part_max_ptr + part, m_i, mask=in_group)
-    tl.store(part_sum_ptr + part, l_i, mask=in_group)
 
 
 @triton.jit
@@ -325,26 +280,18 @@ def static_kv_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     if n_queries > 1:
         block_m, block_n, split, n_splits, num_warps, num_stages = _short_config(
             head_dim, n_queries, group, n_kv, max_context)
-    else:
+    else:                                  # decode: the group's heads are the rows of one tile
         block_n, split, n_splits, num_warps, num_stages = _decode_config(head_dim, max_context)
+        block_m = max(16, next_power_of_2(group))
     part_acc = torch.empty((n_queries * n_heads, n_splits, head_dim), dtype=torch.float32, device=q.device)
     part_max = torch.empty((n_queries * n_heads, n_splits), dtype=torch.float32, device=q.device)
     part_sum = torch.empty((n_queries * n_heads, n_splits), dtype=torch.float32, device=q.device)
-    if n_queries > 1:
-        _attention_short_split_kernel[(triton.cdiv(n_queries * group, block_m), n_kv, n_splits)](
-            q, k_cache, v_cache, start, part_acc, part_max, part_sum, n_queries, qk_scale,
-            q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
-            v_cache.stride(0), v_cache.stride(1),
-            H=n_heads, GROUP=group, D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split,
-            NUM_SPLITS=n_splits, DOT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
-    else:
-        _attention_decode_split_kernel[(n_kv, n_splits)](
-            q, k_cache, v_cache, start, part_acc, part_max, part_sum, qk_scale,
-            q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
-            v_cache.stride(0), v_cache.stride(1),
-            GROUP=group, G_PAD=max(16, next_power_of_2(group)), D=head_dim, BLOCK_N=block_n,
-            SPLIT=split, NUM_SPLITS=n_splits, DOT_PRECISION=precision,
-            num_warps=num_warps, num_stages=num_stages)
+    _attention_split_kernel[(triton.cdiv(n_queries * group, block_m), n_kv, n_splits)](
+        q, k_cache, v_cache, start, part_acc, part_max, part_sum, n_queries, qk_scale,
+        q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
+        v_cache.stride(0), v_cache.stride(1),
+        H=n_heads, GROUP=group, D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split,
+        NUM_SPLITS=n_splits, DOT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
     splits_pad = next_power_of_2(n_splits)
     _attention_combine_kernel[(n_queries * n_heads,)](
         part_acc, part_max, part_sum, start, out, out.stride(0), out.stride(1),
