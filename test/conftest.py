@@ -27,3 +27,17 @@ def _interpret_triton_without_gpu() -> None:
 
 
 _interpret_triton_without_gpu()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """A file skipped as a whole (no GPU, no launch_testing) is a skip, not "no tests".
+
+    colcon test runs each test file alone (CMakeLists.txt: one ctest test per file) and
+    ament counts pytest's exit status 5 (nothing collected) as a failure.
+    """
+    import pytest
+
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and reporter is not None \
+            and reporter.stats.get("skipped"):
+        session.exitstatus = pytest.ExitCode.OK

@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 import rclpy
 from rclpy.executors import MultiThreadedExecutor
+
+from rosproc import NodeUnderTest
 
 
 @pytest.fixture(scope="module")
@@ -24,3 +29,19 @@ def ros_node():
         thread.join(5)
         node.destroy_node()
         rclpy.try_shutdown()
+
+
+@contextmanager
+def active_node(tmp_path: Path, name: str, params: dict[str, str] | None = None) -> Iterator[NodeUnderTest]:
+    """A flashrt node in a subprocess, active; afterwards it must stop with status 0 and no traceback."""
+    n = NodeUnderTest(tmp_path, name, params or {})
+    n.wait_active()
+    yield n
+    assert n.stop() == 0, n.log.read_text()
+    assert "Traceback" not in n.log.read_text(), n.log.read_text()
+
+
+def client_of(n: NodeUnderTest, ros_node) -> Any:
+    """A FlashRTClient for ``n``, spun by the ``ros_node`` fixture's executor."""
+    from flashrt_ros.client import FlashRTClient
+    return FlashRTClient(ros_node, f"{n.namespace}/flashrt")

@@ -36,13 +36,13 @@ def live_bytes(engine: LLMEngine) -> dict[str, bytes]:
 def test_restore_is_byte_exact(tiny):
     engine = make_engine(tiny)
     engine.generate(PROMPT, max_new_tokens=6, stop_ids=[])
-    engine.snapshot("here")
+    engine.capsules.snapshot("here")
     before = live_bytes(engine)
     engine.generate(" and then something else entirely", max_new_tokens=9, stop_ids=[])
     assert live_bytes(engine) != before
-    engine.restore("here")
+    engine.capsules.restore("here")
     assert live_bytes(engine) == before
-    assert engine.verify("here", against_live=True).ok
+    assert engine.capsules.verify("here", against_live=True).ok
 
 
 def test_greedy_continuation_after_restore_matches_uninterrupted(tiny):
@@ -52,9 +52,9 @@ def test_greedy_continuation_after_restore_matches_uninterrupted(tiny):
 
     engine = make_engine(tiny)
     head = engine.generate(PROMPT, max_new_tokens=8, stop_ids=[]).token_ids
-    engine.snapshot("mid")
+    engine.capsules.snapshot("mid")
     engine.generate(" derail the transcript", max_new_tokens=5, stop_ids=[])
-    engine.restore("mid")
+    engine.capsules.restore("mid")
     tail = engine.generate([], max_new_tokens=12, stop_ids=[]).token_ids
     assert head + tail == full
     assert live_bytes(engine) == expected_state
@@ -68,10 +68,10 @@ def test_seeded_sampling_continuation_after_restore_is_identical(tiny):
 
     engine = make_engine(tiny)
     head = engine.generate(PROMPT, max_new_tokens=10, sampling=params, stop_ids=[]).token_ids
-    engine.snapshot("mid")
+    engine.capsules.snapshot("mid")
     # Draws with another seed and settings move the random stream and the sampling buffers.
     engine.generate([], max_new_tokens=6, sampling=SamplingParams(temperature=1.5, seed=99), stop_ids=[])
-    engine.restore("mid")
+    engine.capsules.restore("mid")
     tail = engine.generate([], max_new_tokens=14, stop_ids=[]).token_ids   # sampling=None: the capsule's
     assert head + tail == full
 
@@ -79,20 +79,20 @@ def test_seeded_sampling_continuation_after_restore_is_identical(tiny):
 def test_forked_branches_each_reproduce_their_continuation(tiny):
     engine = make_engine(tiny)
     engine.generate(PROMPT, max_new_tokens=4, stop_ids=[])
-    engine.snapshot("root")
-    engine.fork("root", "other")
+    engine.capsules.snapshot("root")
+    engine.capsules.fork("root", "other")
     branch_a = engine.generate(" red", max_new_tokens=10, stop_ids=[],
                                sampling=SamplingParams(temperature=1.0, seed=1)).token_ids
-    engine.snapshot("a_end")
-    engine.restore("other")
+    engine.capsules.snapshot("a_end")
+    engine.capsules.restore("other")
     branch_b = engine.generate(" blue", max_new_tokens=10, stop_ids=[],
                                sampling=SamplingParams(temperature=1.0, seed=2)).token_ids
     assert branch_a != branch_b
-    engine.restore("root")
+    engine.capsules.restore("root")
     assert engine.generate(" red", max_new_tokens=10, stop_ids=[],
                            sampling=SamplingParams(temperature=1.0, seed=1)).token_ids == branch_a
-    assert engine.verify("a_end", against_live=True).ok
-    engine.restore("other")
+    assert engine.capsules.verify("a_end", against_live=True).ok
+    engine.capsules.restore("other")
     assert engine.generate(" blue", max_new_tokens=10, stop_ids=[],
                            sampling=SamplingParams(temperature=1.0, seed=2)).token_ids == branch_b
 
@@ -100,17 +100,17 @@ def test_forked_branches_each_reproduce_their_continuation(tiny):
 def test_rollback_of_n_boundaries_is_byte_exact_vs_a_snapshot_taken_then(tiny):
     engine = make_engine(tiny, store_config=StoreConfig(rollback_depth=8))
     engine.generate(PROMPT, max_new_tokens=5, stop_ids=[])
-    engine.snapshot("then")
+    engine.capsules.snapshot("then")
     then = live_bytes(engine)
     boundary = int(engine.arena[BOUNDARY])
     engine.generate([], max_new_tokens=6, stop_ids=[])          # six decode steps = six boundaries
     assert int(engine.arena[BOUNDARY]) == boundary + 6
-    position = engine.rollback(6)
+    position = engine.capsules.rollback(6)
     assert position == int(engine.arena[POSITION])
     assert live_bytes(engine) == then
-    assert engine.verify("then", against_live=True).ok
+    assert engine.capsules.verify("then", against_live=True).ok
     with pytest.raises(Exception):
-        engine.rollback(50)                                      # deeper than the ring
+        engine.capsules.rollback(50)                                      # deeper than the ring
 
 
 def test_interrupted_generation_stops_at_a_restorable_boundary(tiny):
@@ -119,13 +119,13 @@ def test_interrupted_generation_stops_at_a_restorable_boundary(tiny):
 
     engine = make_engine(tiny)
     seen: list[int] = []
-    result = engine.generate(PROMPT, max_new_tokens=16, stop_ids=[], on_token=lambda t, s: seen.append(t),
+    result = engine.generate(PROMPT, max_new_tokens=16, stop_ids=[], on_token=lambda t, s, _n: seen.append(t),
                              should_stop=lambda: len(seen) >= 5)
     assert result.stop_reason == "cancelled" and result.token_ids == seen == full[:5]
     assert engine.transcript()[-5:] == seen                      # committed state == what was reported
-    engine.snapshot("stopped")
+    engine.capsules.snapshot("stopped")
     engine.generate(" noise", max_new_tokens=3, stop_ids=[])
-    engine.restore("stopped")
+    engine.capsules.restore("stopped")
     assert engine.generate([], max_new_tokens=11, stop_ids=[]).token_ids == full[5:]
 
 
@@ -135,8 +135,8 @@ def test_cancel_during_prefill_leaves_a_committed_prefix(tiny):
     result = engine.generate("x" * 40, max_new_tokens=4, should_stop=lambda: calls.append(1) or len(calls) > 2)
     assert result.stop_reason == "cancelled" and result.token_ids == []
     assert int(engine.arena[POSITION]) == 16                      # two chunks of 8 committed
-    engine.snapshot("partial")
-    assert engine.get("partial").position == 16
+    engine.capsules.snapshot("partial")
+    assert engine.capsules.get("partial").position == 16
 
 
 def test_a_failing_step_is_undone(tiny):
@@ -144,7 +144,7 @@ def test_a_failing_step_is_undone(tiny):
     engine.generate(PROMPT, max_new_tokens=3, stop_ids=[])
     before = live_bytes(engine)
 
-    def boom(token, piece):
+    def boom(token, piece, _n):
         raise RuntimeError("client went away")
 
     with pytest.raises(RuntimeError):
@@ -166,11 +166,11 @@ def test_context_overflow_and_context_full(tiny):
 def test_restored_capsule_knows_its_transcript(tiny):
     engine = make_engine(tiny)
     result = engine.generate(PROMPT, max_new_tokens=7, stop_ids=[])
-    engine.snapshot("t")
+    engine.capsules.snapshot("t")
     text_ids = engine.transcript()
-    engine.reset()
+    engine.capsules.reset()
     assert engine.transcript() == []
-    engine.restore("t")
+    engine.capsules.restore("t")
     assert engine.transcript() == text_ids
     tok = tiny[1]
     assert tok.decode(text_ids) == PROMPT + tok.decode(result.token_ids)
@@ -180,12 +180,12 @@ def test_restored_capsule_knows_its_transcript(tiny):
 def test_save_load_round_trip_through_disk(tiny, tmp_path):
     engine = make_engine(tiny, store_config=StoreConfig(directory=tmp_path / "caps"))
     engine.generate(PROMPT, max_new_tokens=5, stop_ids=[])
-    engine.snapshot("disk")
+    engine.capsules.snapshot("disk")
     want = engine.generate([], max_new_tokens=6, stop_ids=[]).token_ids
-    engine.save("disk")
+    engine.capsules.save("disk")
 
     fresh = make_engine(tiny, store_config=StoreConfig(directory=tmp_path / "caps"))
     assert fresh.fingerprint == engine.fingerprint
-    fresh.load("disk")
-    fresh.restore("disk", verify=True)
+    fresh.capsules.load("disk")
+    fresh.capsules.restore("disk", verify=True)
     assert fresh.generate([], max_new_tokens=6, stop_ids=[]).token_ids == want

@@ -27,18 +27,18 @@ def test_graph_replay_matches_eager(source, sampling):
     a = eager.generate(PROMPT, max_new_tokens=24, sampling=sampling, stop_ids=[]).token_ids
     b = graph.generate(PROMPT, max_new_tokens=24, sampling=sampling, stop_ids=[]).token_ids
     assert a == b
-    assert any(r.graph is not None for r in graph._runners.values())
+    assert any(r.graph is not None for r in graph.runner.decode_runners.values())
 
 
 def test_restore_under_captured_graphs_reproduces_tokens():
     _, graph = engines("random-hybrid-tiny")
     graph.generate(PROMPT, max_new_tokens=5, stop_ids=[])
-    graph.snapshot("g")
+    graph.capsules.snapshot("g")
     rest = graph.generate([], max_new_tokens=12, stop_ids=[]).token_ids
     graph.generate(" detour", max_new_tokens=5, stop_ids=[])
-    graph.restore("g")
+    graph.capsules.restore("g")
     assert graph.generate([], max_new_tokens=12, stop_ids=[]).token_ids == rest
-    assert graph.verify("g").ok
+    assert graph.capsules.verify("g").ok
 
 
 def test_prefill_graph_of_a_chunk_that_fills_the_context_captures_and_matches_eager():
@@ -52,18 +52,18 @@ def test_prefill_graph_of_a_chunk_that_fills_the_context_captures_and_matches_ea
         assert engine.prefill(ids) == 60
         runs.append([engine.decode_step(greedy=True) for _ in range(4)])
     assert runs[0] == runs[1]
-    assert sorted(engine._prefill_runners) == [4, 8, 16, 32]
+    assert sorted(engine.runner.prefill_runners) == [4, 8, 16, 32]
 
 
 def test_warm_up_captures_every_graph_and_changes_no_state():
     _, engine = engines("random-llama-tiny")
     engine.generate(PROMPT, max_new_tokens=3, stop_ids=[])      # captures some graphs on first use
-    engine.snapshot("before")
+    engine.capsules.snapshot("before")
     engine.warm_up()
-    runners = [*engine._runners.values(), *engine._prefill_runners.values()]
-    assert sorted(engine._prefill_runners) == [1, 2, 4, 8, 16]  # every length of a 16-token chunking
+    runners = [*engine.runner.decode_runners.values(), *engine.runner.prefill_runners.values()]
+    assert sorted(engine.runner.prefill_runners) == [1, 2, 4, 8, 16]  # every length of a 16-token chunking
     assert all(r.graph is not None for r in runners)
-    assert engine.verify("before", against_live=True).ok
+    assert engine.capsules.verify("before", against_live=True).ok
     assert engine.warm_up() == 0                                # nothing left to capture
     _, fresh = engines("random-llama-tiny")
     fresh.generate(PROMPT, max_new_tokens=3, stop_ids=[])

@@ -38,7 +38,7 @@ def test_streamed_pieces_concatenate_to_the_text(tiny):
     pieces: list[str] = []
     result = engine.generate("stream", max_new_tokens=20, stop_ids=[],
                              sampling=SamplingParams(temperature=1.0, seed=5),
-                             on_token=lambda t, s: pieces.append(s))
+                             on_token=lambda t, s, _n: pieces.append(s))
     assert result.stop_reason == "max_new_tokens" and len(pieces) == 20
     assert result.text.startswith("".join(pieces))               # a split UTF-8 tail may be held back
     assert len(result.text) - len("".join(pieces)) <= 1
@@ -101,6 +101,6 @@ def test_reset_is_a_cold_start_with_a_monotonic_boundary(tiny):
     engine = make_engine(tiny)
     cold = engine.generate("same", max_new_tokens=6, stop_ids=[]).token_ids
     boundary = int(engine.arena[BOUNDARY])
-    engine.reset()
+    engine.capsules.reset()
     assert int(engine.arena[BOUNDARY]) > boundary and engine.transcript() == []
     assert engine.generate("same", max_new_tokens=6, stop_ids=[]).token_ids == cold

@@ -16,10 +16,10 @@ def engine_for(source: str) -> LLMEngine:
 def continuation_after_restore(engine: LLMEngine, groups) -> tuple[list[int], list[int]]:
     """(true continuation, continuation after a detour and a restore of ``groups``)."""
     engine.generate(PROMPT, max_new_tokens=4, stop_ids=[])
-    engine.snapshot("cut", overwrite=True)
+    engine.capsules.snapshot("cut", overwrite=True)
     truth = engine.generate([], max_new_tokens=N, stop_ids=[]).token_ids
     engine.generate(" a detour that rewrites the live state", max_new_tokens=4, stop_ids=[])
-    engine.restore("cut", groups=groups)
+    engine.capsules.restore("cut", groups=groups)
     return truth, engine.generate([], max_new_tokens=N, stop_ids=[]).token_ids
 
 
@@ -39,7 +39,7 @@ def test_kv_only_restore_diverges_on_hybrid(hybrid):
 
 
 def test_full_restore_matches_on_hybrid(hybrid):
-    hybrid.reset()
+    hybrid.capsules.reset()
     truth, full = continuation_after_restore(hybrid, groups=None)
     assert full == truth
 

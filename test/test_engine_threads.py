@@ -29,14 +29,14 @@ def test_snapshot_from_another_thread_lands_at_a_boundary_and_reproduces_later_t
     taken: dict = {}
     seen: list[int] = []
 
-    def on_token(token: int, piece: str) -> None:
+    def on_token(token: int, piece: str, _n: int) -> None:
         seen.append(token)
         if len(seen) == 6:
             reached.set()
 
     def requester() -> None:
         reached.wait(10)
-        taken["info"] = engine.snapshot("from_thread", timeout=10)
+        taken["info"] = engine.capsules.snapshot("from_thread", timeout=10)
         taken["seen_when_done"] = len(seen)
 
     thread = threading.Thread(target=requester)
@@ -49,7 +49,7 @@ def test_snapshot_from_another_thread_lands_at_a_boundary_and_reproduces_later_t
     # The capsule holds whole steps only: position counts consumed tokens, plus one pending.
     emitted_in_capsule = info.position - prompt_len + 1
     assert 6 <= emitted_in_capsule <= taken["seen_when_done"]
-    engine.restore("from_thread")
+    engine.capsules.restore("from_thread")
     assert engine.transcript()[prompt_len:] == full[:emitted_in_capsule]
     rest = engine.generate([], max_new_tokens=30 - emitted_in_capsule, stop_ids=[]).token_ids
     assert rest == full[emitted_in_capsule:]
@@ -58,39 +58,39 @@ def test_snapshot_from_another_thread_lands_at_a_boundary_and_reproduces_later_t
 def test_restore_from_another_thread_cancels_the_running_generation(tiny):
     engine = make_engine(tiny)
     engine.generate(PROMPT, max_new_tokens=3, stop_ids=[])
-    engine.snapshot("early")
-    early_boundary = engine.get("early").boundary_id
+    engine.capsules.snapshot("early")
+    early_boundary = engine.capsules.get("early").boundary_id
     started = threading.Event()
     done: dict = {}
 
     def requester() -> None:
         started.wait(10)
-        done["info"] = engine.restore("early", timeout=10)
+        done["info"] = engine.capsules.restore("early", timeout=10)
 
     thread = threading.Thread(target=requester)
     thread.start()
-    result = engine.generate([], max_new_tokens=200, stop_ids=[], on_token=lambda t, s: started.set())
+    result = engine.generate([], max_new_tokens=200, stop_ids=[], on_token=lambda t, s, _n: started.set())
     thread.join(10)
     assert result.stop_reason == "cancelled" and len(result.token_ids) < 200
     assert int(engine.arena[BOUNDARY]) == early_boundary
-    assert engine.verify("early", against_live=True).ok
+    assert engine.capsules.verify("early", against_live=True).ok
 
 
 def test_verbs_that_do_not_touch_the_arena_never_wait_for_a_step(tiny):
     engine = make_engine(tiny)
-    engine.snapshot("idle")
+    engine.capsules.snapshot("idle")
     blocked = threading.Event()
     release = threading.Event()
     listed: dict = {}
 
-    def slow_token(token: int, piece: str) -> None:
+    def slow_token(token: int, piece: str, _n: int) -> None:
         blocked.set()
         release.wait(10)          # hold the engine inside a step
 
     def lister() -> None:
         blocked.wait(10)
-        listed["names"] = [c.name for c in engine.list()]
-        engine.fork("idle", "idle_copy")
+        listed["names"] = [c.name for c in engine.capsules.list()]
+        engine.capsules.fork("idle", "idle_copy")
         listed["forked"] = True
         release.set()
 
@@ -109,7 +109,7 @@ def test_a_second_driver_thread_is_refused_while_generating(tiny):
     release = threading.Event()
     outcome: dict = {}
 
-    def hold(token: int, piece: str) -> None:
+    def hold(token: int, piece: str, _n: int) -> None:
         inside.set()
         release.wait(10)
 

@@ -15,23 +15,19 @@ import time
 import pytest
 
 from flashrt_ros.runtime.errors import ErrorCode
-from node_fixtures import ros_node  # noqa: F401 - fixture
+from node_fixtures import active_node, client_of, ros_node  # noqa: F401 - fixture
 from rosproc import NodeUnderTest, ros_env
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    n = NodeUnderTest(tmp_path_factory.mktemp("svc"), "svc", {})
-    n.wait_active()
-    yield n
-    assert n.stop() == 0, n.log.read_text()
-    assert "Traceback" not in n.log.read_text(), n.log.read_text()
+    with active_node(tmp_path_factory.mktemp("svc"), "svc") as n:
+        yield n
 
 
 @pytest.fixture(scope="module")
 def client(node, ros_node):  # noqa: F811
-    from flashrt_ros.client import FlashRTClient
-    return FlashRTClient(ros_node, f"{node.namespace}/flashrt")
+    return client_of(node, ros_node)
 
 
 def generate(client, prompt, n, **kw):
@@ -203,7 +199,7 @@ def test_concurrent_clients_get_consistent_answers(client):
 
 def test_cli_talks_to_the_running_node(node):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--namespace",
+        return subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--node",
                                f"{node.namespace}/flashrt", *args], capture_output=True, text=True,
                               env=ros_env(), timeout=60)
     r = cli("snapshot", "from_cli", "--overwrite")

@@ -38,14 +38,14 @@ def test_restore_under_a_captured_graph_resumes_bit_identically(name, tmp_path):
     ptrs = {n: engine.arena[n].data_ptr() for n in engine.arena}
     task = ReachingTask(seed=5)
     _loop(engine, task, 20)
-    engine.snapshot("k")
+    engine.capsules.snapshot("k")
     world = task.get_state()
     for _ in range(7):
         engine.step(torch.zeros(6))
-    engine.restore("k")
+    engine.capsules.restore("k")
     task.set_state(world)
     resumed = _loop(engine, task, 20)
     assert {n: engine.arena[n].data_ptr() for n in engine.arena} == ptrs
     assert all(torch.equal(x, y) for x, y in zip(expected, resumed, strict=True))
-    engine.rollback(3)
+    engine.capsules.rollback(3)
     assert engine.position == 37

@@ -49,16 +49,16 @@ def _other_behaviour(engine: PolicyEngine, task: ReachingTask, n: int, kind: str
 def _interrupted_run(engine: PolicyEngine, kind: str, resume: str) -> list[torch.Tensor]:
     task = ReachingTask(seed=3)
     _closed_loop(engine, task, K)
-    engine.snapshot("before_interrupt")
+    engine.capsules.snapshot("before_interrupt")
     world = task.get_state()
     at_snapshot = engine.arena.block.clone()
     _other_behaviour(engine, task, M, kind)
     assert not torch.equal(engine.arena.block, at_snapshot), "the interruption must perturb the state"
     if resume == "restore":
-        engine.restore("before_interrupt")
+        engine.capsules.restore("before_interrupt")
         assert torch.equal(engine.arena.block, at_snapshot)
     else:
-        engine.reset()
+        engine.capsules.reset()
     task.set_state(world)
     return _closed_loop(engine, task, N)
 
@@ -93,23 +93,23 @@ def test_rollback_reproduces_the_bytes_of_earlier_steps(make_engine):
         actions.append(a)
     for back in (1, 3):
         after_step = len(actions) - back                      # rolls back to the state after this step
-        engine.rollback(back)
+        engine.capsules.rollback(back)
         assert torch.equal(engine.arena.block, history[after_step])
         task.set_state(worlds[after_step])
         replayed = _closed_loop(engine, task, back)
         assert all(torch.equal(a, b) for a, b in zip(actions[after_step:], replayed, strict=True))
     with pytest.raises(InvalidArgument):
-        engine.rollback(9)
+        engine.capsules.rollback(9)
 
 
 def test_rollback_reaches_the_cold_state_after_reset(make_engine):
     engine = make_engine()
     engine.step(torch.ones(engine.policy.obs_dim))
-    engine.reset()
+    engine.capsules.reset()
     cold = engine.arena.block.clone()
     for _ in range(3):
         engine.step(torch.ones(engine.policy.obs_dim))
-    engine.rollback(3)
+    engine.capsules.rollback(3)
     assert torch.equal(engine.arena.block, cold)
 
 
@@ -119,7 +119,7 @@ def test_each_step_is_one_committed_boundary(make_engine):
         engine.step(torch.zeros(engine.policy.obs_dim))
     assert int(engine.arena[POSITION]) == 5 == engine.position
     assert int(engine.arena[BOUNDARY]) == 5
-    engine.reset()
+    engine.capsules.reset()
     assert engine.position == 0
 
 
@@ -127,14 +127,14 @@ def test_capsule_saved_to_disk_resumes_in_a_fresh_engine(make_engine):
     first = make_engine()
     task = ReachingTask(seed=4)
     _closed_loop(first, task, K)
-    first.snapshot("episode", tier="host")
-    first.save("episode")
+    first.capsules.snapshot("episode", tier="host")
+    first.capsules.save("episode")
     world = task.get_state()
     expected = _closed_loop(first, task, N)
 
     second = make_engine()        # same policy class and seed -> same fingerprint, same directory
-    second.load("episode")
-    second.restore("episode")
+    second.capsules.load("episode")
+    second.capsules.restore("episode")
     task.set_state(world)
     assert all(torch.equal(a, b) for a, b in zip(expected, _closed_loop(second, task, N), strict=True))
 
@@ -143,10 +143,10 @@ def test_capsule_from_other_weights_is_refused(tmp_path):
     a = PolicyEngine(GRUPolicy(), directory=str(tmp_path))
     b = PolicyEngine(GRUPolicy(GRUPolicyConfig(seed=1)), directory=str(tmp_path))
     a.step(torch.ones(6))
-    a.snapshot("x", tier="host")
-    a.save("x")
+    a.capsules.snapshot("x", tier="host")
+    a.capsules.save("x")
     with pytest.raises(FingerprintMismatch):
-        b.load("x")
+        b.capsules.load("x")
 
 
 def test_snapshot_from_another_thread_lands_on_a_boundary(make_engine):
@@ -158,7 +158,7 @@ def test_snapshot_from_another_thread_lands_on_a_boundary(make_engine):
         for i in range(5):
             go.wait(timeout=10)
             go.clear()
-            engine.snapshot(f"s{i}")      # races with the engine's next steps
+            engine.capsules.snapshot(f"s{i}")      # races with the engine's next steps
         done.set()
 
     thread = threading.Thread(target=requester)
@@ -172,7 +172,7 @@ def test_snapshot_from_another_thread_lands_on_a_boundary(make_engine):
     positions = [engine.store.get(f"s{i}").position for i in range(5)]
     assert positions == sorted(positions) and positions[-1] >= 40
     for i, pos in enumerate(positions):
-        engine.restore(f"s{i}")
+        engine.capsules.restore(f"s{i}")
         assert torch.equal(engine.arena.block, states[pos]), f"capsule s{i} is not a committed state"
 
 
@@ -201,9 +201,9 @@ def test_stochastic_transformer_policy_noise_is_restored(tmp_path):
                           directory=str(tmp_path))
     obs = torch.ones(6)
     engine.step(obs)
-    engine.snapshot("n")
+    engine.capsules.snapshot("n")
     first = [engine.step(obs) for _ in range(4)]
-    engine.restore("n")
+    engine.capsules.restore("n")
     again = [engine.step(obs) for _ in range(4)]
     assert all(torch.equal(a, b) for a, b in zip(first, again))
 

@@ -7,6 +7,7 @@ Commands:
 - ``capsules``: capsule verbs alone on synthetic arenas (device / host / disk tiers).
 - ``ros_latency``: capsule service round trips through DDS (node in a subprocess).
 - ``control_loop``: the policy engine's control loop at a fixed rate.
+- ``sessions``: a session switch (park the live state, restore another) vs a flat copy.
 - ``kernel_gemv``, ``kernel_attention``, ``kernel_segment_copies``,
   ``kernel_decode_overhead``: micro-benchmarks of single kernels (GPU).
 - ``run_gpu_suite.sh``: the GPU tests, ``capsules`` and ``llm`` in one go.

@@ -17,19 +17,12 @@ import time
 
 import torch
 
-
 from flashrt_ros.engine.policy_engine import PolicyEngine
+from flashrt_ros.engine.stats import percentile
 from flashrt_ros.models.policies import ChunkedTransformerPolicy, GRUPolicy, PolicyModule
 from flashrt_ros.sim import ReachingTask
 
 POLICIES = {"gru": GRUPolicy, "transformer": ChunkedTransformerPolicy}
-
-
-def _pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s) + 0.5)) - 1))]
 
 
 def _sleep_until(deadline: float) -> None:
@@ -51,7 +44,7 @@ def run_loop(policy: PolicyModule, *, seconds: float, hz: float, interrupt_every
     interrupt_ticks = max(1, int(round(interrupt_every_s * hz)))
     for _ in range(20):                      # warm-up outside the measured window
         engine.step(task.observation().to(device))
-    engine.reset()
+    engine.capsules.reset()
     task.reset(0)
 
     steps, periods, snaps, restores = [], [], [], []
@@ -69,7 +62,7 @@ def run_loop(policy: PolicyModule, *, seconds: float, hz: float, interrupt_every
 
         if other_left == 0 and tick > 0 and tick % interrupt_ticks == 0:
             s0 = time.perf_counter()
-            engine.snapshot("interrupt", overwrite=True)
+            engine.capsules.snapshot("interrupt", overwrite=True)
             snaps.append(time.perf_counter() - s0)
             sim_saved, other_left = task.get_state(), other_steps
             interrupts += 1
@@ -83,10 +76,10 @@ def run_loop(policy: PolicyModule, *, seconds: float, hz: float, interrupt_every
             other_left -= 1
             if other_left == 0:
                 s0 = time.perf_counter()
-                engine.restore("interrupt")
+                engine.capsules.restore("interrupt")
                 restores.append(time.perf_counter() - s0)
                 task.set_state(sim_saved)
-                verified += int(engine.verify("interrupt", against_live=True).ok)
+                verified += int(engine.capsules.verify("interrupt", against_live=True).ok)
         else:
             _, _, done = task.step(action.cpu())
             if done:
@@ -99,11 +92,11 @@ def run_loop(policy: PolicyModule, *, seconds: float, hz: float, interrupt_every
     result = {
         "policy": type(policy).__name__,
         "ticks": n_ticks,
-        "step_p50": _pct(steps, 50) * ms, "step_p99": _pct(steps, 99) * ms,
-        "jit_p50": _pct(jitter, 50) * ms, "jit_p99": _pct(jitter, 99) * ms,
+        "step_p50": percentile(steps, 50) * ms, "step_p99": percentile(steps, 99) * ms,
+        "jit_p50": percentile(jitter, 50) * ms, "jit_p99": percentile(jitter, 99) * ms,
         "misses": misses,
-        "snap_p50": _pct(snaps, 50) * ms, "snap_max": max(snaps, default=float("nan")) * ms,
-        "rest_p50": _pct(restores, 50) * ms, "rest_max": max(restores, default=float("nan")) * ms,
+        "snap_p50": percentile(snaps, 50) * ms, "snap_max": max(snaps, default=float("nan")) * ms,
+        "rest_p50": percentile(restores, 50) * ms, "rest_max": max(restores, default=float("nan")) * ms,
         "interrupts": interrupts, "verified": verified,
         "state_bytes": engine.arena.nbytes,
     }

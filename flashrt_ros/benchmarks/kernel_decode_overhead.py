@@ -42,7 +42,7 @@ def main() -> None:
     for _ in range(3):
         eng.decode_step(greedy=True)
     step = statistics.median(_wall(lambda: eng.decode_step(greedy=True)) for _ in range(REPS))
-    graph = eng._runners[("decode", True)].graph          # the captured decode step (benchmark-only access)
+    graph = eng.runner.decode_runners[("decode", True)].graph   # the captured decode step (benchmark-only access)
     replay = median_event_ms(graph.replay, REPS, torch.device("cuda"))
     with_read = statistics.median(_wall(lambda: (graph.replay(), int(eng.arena[PENDING].item())))
                                   for _ in range(REPS))

@@ -106,7 +106,7 @@ def measure_ours(model: CausalLM, context: int, s: RunSettings, fp: FingerprintI
 
     def cold(seq: Sequence[int]) -> Callable[[], int]:
         def run() -> int:
-            eng.reset()
+            eng.capsules.reset()
             eng.prefill(seq)
             return eng.decode_step(greedy=True)
         return run
@@ -119,14 +119,14 @@ def measure_ours(model: CausalLM, context: int, s: RunSettings, fp: FingerprintI
     cold_ms, firsts = _timed(cold(prefix), s.reps, dev)
     uninterrupted = _tokens(eng, firsts[-1])
 
-    eng.reset()
+    eng.capsules.reset()
     eng.prefill(prefix)
-    info = eng.snapshot("bench_prefix", overwrite=True)
+    info = eng.capsules.snapshot("bench_prefix", overwrite=True)
     for _ in range(OTHER_TOKENS):                  # graph capture of "decode" happens here
         eng.decode_step(greedy=True)
 
     def followup() -> int:
-        eng.restore("bench_prefix")
+        eng.capsules.restore("bench_prefix")
         eng.prefill(turn)
         return eng.decode_step(greedy=True)
 
@@ -136,7 +136,7 @@ def measure_ours(model: CausalLM, context: int, s: RunSettings, fp: FingerprintI
     followup_tokens = _tokens(eng, followup_firsts[-1])
 
     def reentry() -> int:
-        eng.restore("bench_prefix")
+        eng.capsules.restore("bench_prefix")
         return eng.decode_step(greedy=True)
 
     reentry_times = []
@@ -145,15 +145,15 @@ def measure_ours(model: CausalLM, context: int, s: RunSettings, fp: FingerprintI
         reentry_times.append(ms)
         for _ in range(OTHER_TOKENS):
             eng.decode_step(greedy=True)
-    eng.restore("bench_prefix")
+    eng.capsules.restore("bench_prefix")
     restored = [eng.decode_step(greedy=True) for _ in range(CHECK_TOKENS)]
 
     decode_ms = [wall_ms(lambda: eng.decode_step(greedy=True), dev)[0] for _ in range(DECODE_TOKENS)]
 
-    snap_ms = median_event_ms(lambda: eng.snapshot("bench_probe", overwrite=True), s.capsule_reps, dev)
+    snap_ms = median_event_ms(lambda: eng.capsules.snapshot("bench_probe", overwrite=True), s.capsule_reps, dev)
 
     def restore_and_seed() -> None:
-        eng.restore("bench_prefix")
+        eng.capsules.restore("bench_prefix")
         eng.store.ring.before_step()              # the ring's deferred copy of the restored timeline's start
 
     restore_ms = median_event_ms(restore_and_seed, s.capsule_reps, dev)
@@ -191,21 +191,21 @@ def _unaligned_check(eng: LLMEngine, ids: list[int], context: int, s: RunSetting
     if n < 1 or cut_aligned(n, s.turn, s.prefill_chunk):
         return {}
     whole, prefix = ids[:n + s.turn], ids[:n]
-    eng.reset()
+    eng.capsules.reset()
     eng.prefill(whole)
     first = eng.decode_step(greedy=True)
     cold_logits = eng.arena[LOGITS].clone()      # the draw leaves the prefill's logits in place
     cold = _tokens(eng, first)
-    eng.reset()
+    eng.capsules.reset()
     eng.prefill(prefix)
-    eng.snapshot("bench_unaligned", overwrite=True)
+    eng.capsules.snapshot("bench_unaligned", overwrite=True)
     eng.decode_step(greedy=True)
-    eng.restore("bench_unaligned")
+    eng.capsules.restore("bench_unaligned")
     eng.prefill(whole[n:])
     first = eng.decode_step(greedy=True)
     diff = (eng.arena[LOGITS] - cold_logits).abs().max().item()
     warm = _tokens(eng, first)
-    eng.drop("bench_unaligned")
+    eng.capsules.drop("bench_unaligned")
     return {"unaligned_prefix": n, "unaligned_token_match": warm == cold, "unaligned_logits_max_diff": diff}
 
 

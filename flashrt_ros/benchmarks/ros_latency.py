@@ -22,11 +22,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2")
@@ -48,6 +43,7 @@ def main() -> int:
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
     from flashrt_ros.client import FlashRTClient
+    from flashrt_ros.engine.stats import percentile
 
     rclpy.init()
     node = rclpy.create_node("bench_client")
@@ -84,8 +80,8 @@ def main() -> int:
         print("| service | round trip p50 (ms) | p99 (ms) | in engine p50 (ms) | p99 (ms) |")
         print("| --- | --- | --- | --- | --- |")
         for verb, (rt, eng) in rows.items():
-            print(f"| {verb} | {statistics.median(rt):.3f} | {pct(rt, 0.99):.3f} | "
-                  f"{statistics.median(eng):.3f} | {pct(eng, 0.99):.3f} |")
+            print(f"| {verb} | {statistics.median(rt):.3f} | {percentile(rt, 99):.3f} | "
+                  f"{statistics.median(eng):.3f} | {percentile(eng, 99):.3f} |")
         return 0
     finally:
         ex.shutdown()

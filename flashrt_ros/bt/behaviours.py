@@ -20,7 +20,7 @@ between ticks) as ``examples/`` shows.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import py_trees
 from py_trees.common import Status
@@ -356,8 +356,3 @@ class PolicyPaused(py_trees.decorators.Decorator):
         elif self._phase == "resuming" and self._resume is not None:
             self._resume.abandon()
 
-
-def service_behaviour(verb: str) -> Callable[..., ServiceBehaviour]:
-    """Look up a behaviour class by service verb (for trees built from configuration)."""
-    return {"snapshot": Snapshot, "restore": Restore, "fork": Fork, "rollback": Rollback,
-            "pause": PausePolicy, "resume": ResumePolicy}[verb]

@@ -29,6 +29,8 @@ class GenerationResult:
     ``token_ids`` are the emitted tokens (a final stop token included);
     ``text`` is their decoded text without special tokens. ``stop_reason`` is
     one of ``stop_token``, ``max_new_tokens``, ``cancelled``, ``context_full``.
+    ``position`` counts the tokens the model has consumed; ``transcript_length``
+    also counts the pending (emitted, not yet consumed) token, if any.
     """
 
     text: str
@@ -36,11 +38,11 @@ class GenerationResult:
     stop_reason: str
     prompt_tokens: int
     position: int
+    transcript_length: int
     timings: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"text": self.text, "token_ids": list(self.token_ids), "stop_reason": self.stop_reason,
-                "prompt_tokens": self.prompt_tokens, "position": self.position, "timings": dict(self.timings)}
+                "prompt_tokens": self.prompt_tokens, "position": self.position,
+                "transcript_length": self.transcript_length, "timings": dict(self.timings)}
 
-
-STOP_REASONS = ("stop_token", "max_new_tokens", "cancelled", "context_full")

@@ -4,9 +4,9 @@ Why: a robot controller must be interruptible (teleoperation takes over, a
 recovery behaviour runs, a planner tries an alternative) and then resume as if
 nothing happened. The engine keeps the policy's entire state in one
 ``StateArena`` so a capsule is a byte copy; every ``step`` is one committed
-boundary recorded in the rollback ring; capsule verbs go through the
-``BoundaryGate`` so a request from another thread (a ROS service) applies only
-between two steps, never inside one.
+boundary recorded in the rollback ring; capsule verbs (``engine.capsules``,
+the surface the LLM engine shares) go through the ``BoundaryGate`` so a request
+from another thread (a ROS service) applies only between two steps, never inside one.
 
 On CUDA the step can be captured once as a CUDA graph (``cuda_graph=True``):
 restore copies bytes into the same addresses, so the graph stays valid.
@@ -16,14 +16,16 @@ from __future__ import annotations
 import tempfile
 import time
 from collections import deque
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
 import flashrt_ros
+from flashrt_ros.engine.stats import percentile
 from flashrt_ros.models.policies import STATE_PREFIX, PolicyModule
 from flashrt_ros.runtime.arena import BOUNDARY, POSITION, StateArena, core_meta_specs
 from flashrt_ros.runtime.boundary import BoundaryGate
+from flashrt_ros.runtime.capsule_verbs import CapsuleVerbs
 from flashrt_ros.runtime.errors import InvalidArgument
 from flashrt_ros.runtime.fingerprint import compute_fingerprint
 from flashrt_ros.runtime.store import CapsuleStore
@@ -68,7 +70,8 @@ class PolicyEngine:
             host_budget_bytes=host_budget_bytes, disk_budget_bytes=disk_budget_bytes,
             directory=directory, rollback_depth=rollback_depth, default_tier=default_tier)
         self.gate = BoundaryGate()
-        self.gate_timeout_s = gate_timeout_s
+        self.capsules = CapsuleVerbs(self.gate, self.store, cold_start=self._reset_state,
+                                     timeout_s=gate_timeout_s)
         self._obs = torch.zeros(policy.obs_dim, dtype=torch.float32, device=self.device)
         self._action = torch.zeros(policy.act_dim, dtype=torch.float32, device=self.device)
         self._latencies_ns: deque[int] = deque(maxlen=latency_window)
@@ -98,60 +101,19 @@ class PolicyEngine:
         self._latencies_ns.append(time.perf_counter_ns() - t0)
         return action
 
-    def reset(self) -> None:
-        """Cold start between steps: zero every buffer, re-seed, forget the rollback history."""
-        self._at_boundary(self._reset_state)
-
     @property
     def position(self) -> int:
         """Steps committed since the last reset (host read: call between steps)."""
         return int(self.arena[POSITION].item())
-
-    # --- capsule verbs (applied between steps through the gate) ------------------
-    def snapshot(self, name: str, **kwargs: Any):
-        return self._at_boundary(lambda: self.store.snapshot(name, **kwargs))
-
-    def restore(self, name: str, **kwargs: Any):
-        return self._at_boundary(lambda: self.store.restore(name, **kwargs))
-
-    def fork(self, source: str, new_name: str, **kwargs: Any):
-        return self._at_boundary(lambda: self.store.fork(source, new_name, **kwargs))
-
-    def rollback(self, steps: int):
-        return self._at_boundary(lambda: self.store.rollback(steps))
-
-    def drop(self, name: str, **kwargs: Any) -> None:
-        return self._at_boundary(lambda: self.store.drop(name, **kwargs))
-
-    def list(self, **kwargs: Any):
-        return self.store.list(**kwargs)
-
-    def save(self, name: str):
-        return self._at_boundary(lambda: self.store.save(name))
-
-    def load(self, name: str, **kwargs: Any):
-        return self._at_boundary(lambda: self.store.load(name, **kwargs))
-
-    def verify(self, name: str, *, against_live: bool = False):
-        return self._at_boundary(lambda: self.store.verify(name, against_live=against_live))
-
-    def pin(self, name: str):
-        return self.store.pin(name)
-
-    def unpin(self, name: str):
-        return self.store.unpin(name)
-
-    def move(self, name: str, tier: str):
-        return self._at_boundary(lambda: self.store.move(name, tier))
 
     # --- introspection ------------------------------------------------------------
     def latency(self) -> dict[str, float]:
         """Step latency percentiles in milliseconds over the recent window."""
         if not self._latencies_ns:
             return {"count": 0, "p50_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan")}
-        xs = sorted(self._latencies_ns)
-        return {"count": len(xs), "p50_ms": _pct(xs, 50) / 1e6, "p99_ms": _pct(xs, 99) / 1e6,
-                "max_ms": xs[-1] / 1e6}
+        xs = list(self._latencies_ns)
+        return {"count": len(xs), "p50_ms": percentile(xs, 50) / 1e6, "p99_ms": percentile(xs, 99) / 1e6,
+                "max_ms": max(xs) / 1e6}
 
     def status(self) -> dict[str, Any]:
         """A flat summary for diagnostics (host reads: call between steps)."""
@@ -161,7 +123,9 @@ class PolicyEngine:
             "cuda_graph": self._graph is not None,
             "position": int(self.arena[POSITION].item()),
             "boundary": int(self.arena[BOUNDARY].item()),
-            "state_bytes": self.arena.nbytes,
+            "arena_bytes": self.arena.nbytes,
+            "live_bytes": self.arena.live_nbytes(),
+            "session": self.capsules.sessions.current,
             "fingerprint": self.fingerprint,
             "latency": self.latency(),
             "store": self.store.stats(),
@@ -185,9 +149,6 @@ class PolicyEngine:
         self.policy.init_state(self.arena)
         self.store.ring.restart()         # the cold state is the first entry of a new timeline
 
-    def _at_boundary(self, fn: Callable[[], Any]) -> Any:
-        return self.gate.run_at_boundary(fn, timeout=self.gate_timeout_s)
-
     def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
         return [*self.policy.named_parameters(), *self.policy.named_buffers()]
 
@@ -209,8 +170,3 @@ class PolicyEngine:
         torch.cuda.synchronize(self.device)
         self._graph = graph
 
-
-def _pct(sorted_xs: list[int], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    k = max(0, min(len(sorted_xs) - 1, int(round(q / 100 * len(sorted_xs) + 0.5)) - 1))
-    return float(sorted_xs[k])

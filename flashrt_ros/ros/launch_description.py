@@ -2,7 +2,9 @@
 
 Arguments: params_file (default: this package's config/<config>.yaml), namespace
 (default empty, so services are /flashrt/...), autostart (default true: emit
-configure, then activate once the node is inactive, as ros2/demos lifecycle_py does).
+configure, then activate once configuring has ended in inactive, as ros2/demos
+lifecycle_py does; a later manual deactivate is left alone). The config files key
+their parameters on ``/**`` so a namespaced or renamed node still gets them.
 """
 from __future__ import annotations
 
@@ -30,8 +32,11 @@ def flashrt_launch_description(config: str) -> LaunchDescription:
         return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
                                            transition_id=transition_id), **kwargs)
 
+    # Only configuring -> inactive activates: a later active -> deactivating -> inactive
+    # (an operator's deactivate) must leave the node inactive.
     activate_when_configured = RegisterEventHandler(
-        OnStateTransition(target_lifecycle_node=node, goal_state="inactive",
+        OnStateTransition(target_lifecycle_node=node, start_state="configuring",
+                          goal_state="inactive",
                           entities=[change(Transition.TRANSITION_ACTIVATE)]),
         condition=IfCondition(autostart))
     configure = change(Transition.TRANSITION_CONFIGURE, condition=IfCondition(autostart))

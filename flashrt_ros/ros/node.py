@@ -12,17 +12,22 @@ Transitions (ros2/demos lifecycle_py style):
 - cleanup / shutdown: free the engine (weights, arena, capsules in memory).
 
 Services (always advertised; NOT_ACTIVE unless active), under ~/ (default
-/flashrt/...): snapshot restore fork rollback drop list save load verify, plus
-std_srvs/Trigger reset, pause, resume. Each is executed by the engine at a
-committed boundary (between two steps), then answered; a request that waits
-longer than ``boundary_timeout_s`` for a boundary answers TIMEOUT and changes
-nothing. No exception ever crosses a service: the response carries
-success/error_code/message, and the node keeps running.
+/flashrt/...): snapshot restore fork rollback drop list save load verify pin
+unpin, plus std_srvs/Trigger reset, pause, resume. Each calls the engine's
+capsule surface (``engine.capsules``, runtime/capsule_verbs.py) at a committed
+boundary (between two steps), then answers; a request that waits longer than
+``boundary_timeout_s`` for a boundary answers TIMEOUT and changes nothing. No
+exception ever crosses a service: the response carries success/error_code/message,
+and the node keeps running.
 
 Executors and threads: a MultiThreadedExecutor with separate callback groups
 for the state services (reentrant: several clients at once), the generate
 action and the control/status timers. The engine's BoundaryGate serialises
 everything that touches state.
+
+Sessions: a Generate goal naming a ``session`` other than the current one
+parks the current state as a hidden capsule and restores that session's (a
+new one starts empty) before it runs; ``~/status`` and ListCapsules report it.
 """
 from __future__ import annotations
 
@@ -41,13 +46,15 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_srvs.srv import Trigger
 
 from flashrt_ros.action import Generate
+from flashrt_ros.engine.sampling import SamplingParams
 from flashrt_ros.msg import EngineStatus
 from flashrt_ros.ros import conversions as conv
-from flashrt_ros.ros.diagnostics import diagnostics_message
+from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary, tier_bytes
 from flashrt_ros.ros.parameters import PARAMS, NodeConfig, check_value, descriptor
+from flashrt_ros.runtime.disk import tensor_path
 from flashrt_ros.runtime.errors import ErrorCode, FlashRTError, InvalidArgument, NotActive
-from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
-                             Verify)
+from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save, Snapshot,
+                             Unpin, Verify)
 
 
 class FlashRTNode(LifecycleNode):
@@ -121,8 +128,7 @@ class FlashRTNode(LifecycleNode):
             self._engine = None
             return TransitionCallbackReturn.FAILURE
         self._lifecycle_name = "inactive"
-        self.get_logger().info(f"configured in {time.perf_counter() - t0:.1f} s: "
-                               f"{self._engine.describe()}")
+        self.get_logger().info(f"configured in {time.perf_counter() - t0:.1f} s: {self._describe()}")
         self._publish_status()
         return TransitionCallbackReturn.SUCCESS
 
@@ -161,11 +167,15 @@ class FlashRTNode(LifecycleNode):
         self._release_engine()
         return TransitionCallbackReturn.SUCCESS
 
+    def _describe(self) -> str:
+        c, e = self._config, self._engine
+        model = c.model if c.engine_kind == "llm" else c.policy
+        return (f"{c.engine_kind} engine, model {model}, device {e.device}, "
+                f"arena {e.arena.nbytes / (1 << 20):.1f} MiB, capsules in {e.store.directory}")
+
     def _stop_serving(self) -> None:
-        """Refuse new work, stop a running generation and the control loop at a boundary."""
+        """Refuse new work; a running generation sees it and stops at its next boundary."""
         self._active = False
-        if self._engine is not None:
-            self._engine.request_stop()
         if self._policy_io is not None:
             self._policy_io.destroy()
             self._policy_io = None
@@ -173,7 +183,9 @@ class FlashRTNode(LifecycleNode):
     def _release_engine(self) -> None:
         self._stop_serving()
         if self._engine is not None:
-            self._engine.close()
+            close = getattr(self._engine, "close", None)     # the policy engine owns a temp dir
+            if close is not None:
+                close()
             self._engine = None
 
     # --- services -------------------------------------------------------
@@ -183,7 +195,8 @@ class FlashRTNode(LifecycleNode):
             (Fork, "fork", self._do_fork), (Rollback, "rollback", self._do_rollback),
             (Drop, "drop", self._do_drop), (ListCapsules, "list", self._do_list),
             (Save, "save", self._do_save), (Load, "load", self._do_load),
-            (Verify, "verify", self._do_verify),
+            (Verify, "verify", self._do_verify), (Pin, "pin", self._do_pin),
+            (Unpin, "unpin", self._do_unpin),
             (Trigger, "reset", self._do_reset), (Trigger, "pause", self._do_pause),
             (Trigger, "resume", self._do_resume),
         ]
@@ -196,17 +209,17 @@ class FlashRTNode(LifecycleNode):
         """Wrap a handler: lifecycle gate, boundary execution, errors as values."""
         def callback(request: Any, response: Any) -> Any:
             try:
-                engine = self._require_active()
+                capsules = self._require_active().capsules
                 timing: dict[str, float] = {}
 
                 def at_boundary() -> None:
                     t0 = time.perf_counter()
                     try:
-                        handler(engine, request, response)
+                        handler(capsules, request, response)
                     finally:
                         timing["ms"] = (time.perf_counter() - t0) * 1e3
 
-                engine.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
+                capsules.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
                 conv.fill_ok(response, response.message or "ok")
                 if hasattr(response, "engine_latency_ms"):
                     response.engine_latency_ms = timing.get("ms", 0.0)
@@ -224,78 +237,86 @@ class FlashRTNode(LifecycleNode):
         return self._engine
 
     def _tier(self, tier: str) -> str:
-        tier = tier or self._config.default_tier
+        tier = tier or str(self.get_parameter("default_tier").value)     # applied live
         if tier not in ("device", "host", "disk"):
             raise InvalidArgument(f"tier must be device, host or disk (got {tier!r})")
         return tier
 
-    def _do_snapshot(self, engine: Any, req: Any, resp: Any) -> None:
-        capsule = engine.snapshot(req.name, session=req.session or None, tier=self._tier(req.tier),
-                                  pinned=req.pin, overwrite=req.overwrite)
+    def _do_snapshot(self, capsules: Any, req: Any, resp: Any) -> None:
+        capsule = capsules.snapshot(req.name, session=req.session, tier=self._tier(req.tier),
+                                    pinned=req.pin, overwrite=req.overwrite)
         resp.capsule = conv.capsule_info(capsule)
         resp.message = f"snapshot {capsule.name} at position {capsule.position} ({capsule.tier})"
 
-    def _do_restore(self, engine: Any, req: Any, resp: Any) -> None:
-        capsule = engine.restore(req.name, verify=req.verify)
+    def _do_restore(self, capsules: Any, req: Any, resp: Any) -> None:
+        capsule = capsules.restore(req.name, verify=req.verify)
         resp.capsule = conv.capsule_info(capsule)
         resp.message = f"restored {capsule.name}: position {capsule.position}"
 
-    def _do_fork(self, engine: Any, req: Any, resp: Any) -> None:
-        capsule = engine.fork(req.source, req.name, tier=self._tier(req.tier))
+    def _do_fork(self, capsules: Any, req: Any, resp: Any) -> None:
+        capsule = capsules.fork(req.source, req.name, tier=self._tier(req.tier))
         resp.capsule = conv.capsule_info(capsule)
         resp.message = f"forked {req.source} -> {capsule.name}"
 
-    def _do_rollback(self, engine: Any, req: Any, resp: Any) -> None:
+    def _do_rollback(self, capsules: Any, req: Any, resp: Any) -> None:
         if req.steps < 1:
             raise InvalidArgument("steps must be >= 1")
-        engine.rollback(int(req.steps))
-        status = engine.status()
-        resp.position, resp.boundary_id = int(status["position"]), int(status["boundary_id"])
+        resp.position = int(capsules.rollback(int(req.steps)))
+        resp.boundary_id = int(self._engine.status()["boundary"])
         resp.message = f"rolled back {req.steps} boundaries to position {resp.position}"
 
-    def _do_drop(self, engine: Any, req: Any, resp: Any) -> None:
-        engine.drop(req.name)
+    def _do_drop(self, capsules: Any, req: Any, resp: Any) -> None:
+        capsules.drop(req.name)
         resp.message = f"dropped {req.name}"
 
-    def _do_list(self, engine: Any, req: Any, resp: Any) -> None:
-        capsules = [c for c in engine.list() if not req.session or c.session == req.session]
-        resp.capsules = [conv.capsule_info(c) for c in capsules]
-        stats = engine.stats()
-        resp.device_bytes = int(stats.get("device_bytes", 0))
-        resp.host_bytes = int(stats.get("host_bytes", 0))
-        resp.disk_bytes = int(stats.get("disk_bytes", 0))
-        resp.message = f"{len(capsules)} capsules"
+    def _do_list(self, capsules: Any, req: Any, resp: Any) -> None:
+        listed = capsules.list(session=req.session)
+        resp.capsules = [conv.capsule_info(c) for c in listed]
+        stats = tier_bytes(capsules.stats())
+        resp.device_bytes, resp.host_bytes = stats["device_bytes"], stats["host_bytes"]
+        resp.disk_bytes = stats["disk_bytes"]
+        resp.message = f"{len(listed)} capsules"
 
-    def _do_save(self, engine: Any, req: Any, resp: Any) -> None:
-        capsule, path = engine.save(req.name)
+    def _do_save(self, capsules: Any, req: Any, resp: Any) -> None:
+        capsule = capsules.save(req.name)
+        path = tensor_path(capsules.store.directory, capsule.name)
         resp.capsule, resp.path = conv.capsule_info(capsule), str(path)
         resp.message = f"saved {capsule.name} to {path}"
 
-    def _do_load(self, engine: Any, req: Any, resp: Any) -> None:
-        capsule = engine.load(req.name)
+    def _do_load(self, capsules: Any, req: Any, resp: Any) -> None:
+        capsule = capsules.load(req.name)
         resp.capsule = conv.capsule_info(capsule)
         resp.message = f"loaded {capsule.name} ({capsule.nbytes} bytes, hashes verified)"
 
-    def _do_verify(self, engine: Any, req: Any, resp: Any) -> None:
-        report = engine.verify(req.name, against_live=req.against_live)
-        resp.intact = bool(report.intact)
-        resp.matches_live = bool(report.matches_live) if req.against_live else False
-        resp.differing_buffers = list(report.differing_buffers)
+    def _do_verify(self, capsules: Any, req: Any, resp: Any) -> None:
+        stored = capsules.verify(req.name)
+        live = capsules.verify(req.name, against_live=True) if req.against_live else None
+        resp.intact = bool(stored.ok)
+        resp.matches_live = bool(live.ok) if live is not None else False
+        resp.differing_buffers = list((live or stored).mismatched)
         resp.message = (f"{req.name}: {'intact' if resp.intact else 'CORRUPT'}"
                         + (f", {'matches' if resp.matches_live else 'differs from'} live state"
                            if req.against_live else ""))
 
-    def _do_reset(self, engine: Any, req: Any, resp: Any) -> None:
-        engine.reset()
+    def _do_pin(self, capsules: Any, req: Any, resp: Any) -> None:
+        resp.capsule = conv.capsule_info(capsules.pin(req.name))
+        resp.message = f"pinned {req.name}: budgets will not demote it, drop refuses it"
+
+    def _do_unpin(self, capsules: Any, req: Any, resp: Any) -> None:
+        resp.capsule = conv.capsule_info(capsules.unpin(req.name))
+        resp.message = f"unpinned {req.name}"
+
+    def _do_reset(self, capsules: Any, req: Any, resp: Any) -> None:
+        capsules.reset()
         resp.message = "engine state reset to empty (capsules kept)"
 
-    def _do_pause(self, engine: Any, req: Any, resp: Any) -> None:
+    def _do_pause(self, capsules: Any, req: Any, resp: Any) -> None:
         if self._policy_io is None:
             raise InvalidArgument("pause applies to engine_kind=policy")
         self._policy_io.paused = True
         resp.message = "policy paused at a boundary"
 
-    def _do_resume(self, engine: Any, req: Any, resp: Any) -> None:
+    def _do_resume(self, capsules: Any, req: Any, resp: Any) -> None:
         if self._policy_io is None:
             raise InvalidArgument("resume applies to engine_kind=policy")
         self._policy_io.paused = False
@@ -329,21 +350,26 @@ class FlashRTNode(LifecycleNode):
         engine = self._engine
         index = 0
 
-        def on_token(token_id: int, piece: str, position: int) -> None:
+        def on_token(token_id: int, piece: str, transcript_length: int) -> None:
             nonlocal index
-            feedback = Generate.Feedback(token_id=int(token_id), text_piece=piece, index=index,
-                                         position=int(position))
+            goal_handle.publish_feedback(Generate.Feedback(
+                token_id=int(token_id), text_piece=piece, index=index, position=int(transcript_length)))
             index += 1
-            goal_handle.publish_feedback(feedback)
 
         try:
             if engine is None or not self._active:
                 raise NotActive("node is not active")
+            if goal.session:
+                engine.capsules.switch_session(goal.session, timeout=self._config.boundary_timeout_s)
+            if goal.reset:
+                engine.capsules.reset(timeout=self._config.boundary_timeout_s)
+            sampling = SamplingParams(temperature=float(goal.temperature), top_k=int(goal.top_k),
+                                      top_p=float(goal.top_p) if goal.top_p > 0 else 1.0,
+                                      seed=int(goal.seed) if goal.seed else None)
+            default_tokens = int(self.get_parameter("max_new_tokens").value)     # applied live
             outcome = engine.generate(
-                goal.prompt, max_new_tokens=int(goal.max_new_tokens or self._config.max_new_tokens),
-                temperature=float(goal.temperature), top_k=int(goal.top_k),
-                top_p=float(goal.top_p) if goal.top_p > 0 else 1.0, seed=int(goal.seed),
-                chat=bool(goal.use_chat_template), reset=bool(goal.reset), on_token=on_token,
+                goal.prompt, max_new_tokens=int(goal.max_new_tokens or default_tokens), sampling=sampling,
+                chat=bool(goal.use_chat_template) and bool(goal.prompt), on_token=on_token,
                 should_stop=lambda: goal_handle.is_cancel_requested or not self._active)
         except Exception as exc:  # noqa: BLE001
             conv.fill_error(result, exc, self.get_logger())
@@ -354,9 +380,9 @@ class FlashRTNode(LifecycleNode):
         result.text = outcome.text
         result.token_ids = [int(t) for t in outcome.token_ids]
         result.stop_reason = outcome.stop_reason
-        result.position = int(outcome.position)
-        result.ttft_ms = float(outcome.ttft_ms)
-        result.tokens_per_second = float(outcome.tokens_per_second)
+        result.position = int(outcome.transcript_length)
+        result.ttft_ms = 1e3 * float(outcome.timings.get("ttft_s", 0.0))
+        result.tokens_per_second = float(outcome.timings.get("decode_tokens_per_s", 0.0))
         if outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested:
             goal_handle.canceled()
         else:
@@ -364,9 +390,21 @@ class FlashRTNode(LifecycleNode):
         return result
 
     # --- status ---------------------------------------------------------
+    def _status(self) -> dict[str, Any]:
+        """The EngineStatus fields; {} without an engine."""
+        engine, c = self._engine, self._config
+        if engine is None:
+            return {}
+        if c.engine_kind == "llm":
+            busy = engine.busy
+        else:
+            busy = self._policy_io is not None and not self._policy_io.paused
+        return status_summary(c.engine_kind, c.model if c.engine_kind == "llm" else c.policy,
+                              engine.status(), busy)
+
     def _publish_status(self) -> None:
         try:
-            status = self._engine.status() if self._engine is not None else {}
+            status = self._status()
         except Exception as exc:  # noqa: BLE001 - status must never kill the timer
             status = {}
             self.get_logger().warning(f"status unavailable: {exc}")

@@ -41,8 +41,8 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("prefill_chunk", 256, "Prompt tokens per prefill chunk; a committed boundary follows "
              "each chunk. A remainder is cut into powers of two (on CUDA one graph per length, "
              "all captured on configure).", True, int_range=(1, 65536)),
-    ParamDef("max_new_tokens", 128, "Default for Generate goals that leave max_new_tokens at 0.",
-             int_range=(1, 262144)),
+    ParamDef("max_new_tokens", 128, "Default for Generate goals that leave max_new_tokens at 0 "
+             "(applied live).", int_range=(1, 262144)),
     ParamDef("capsule_device_budget_mb", 1024, "Byte budget of the device-resident capsule tier "
              "(MiB).", True, int_range=(0, 1 << 24)),
     ParamDef("capsule_host_budget_mb", 4096, "Byte budget of the host (pinned) tier (MiB).", True,
@@ -51,12 +51,12 @@ PARAMS: tuple[ParamDef, ...] = (
              int_range=(0, 1 << 26)),
     ParamDef("capsule_directory", "~/.cache/flashrt_ros/capsules", "Directory of the disk tier; the "
              "only place the node writes capsule files.", True),
-    ParamDef("default_tier", "device", "Tier for snapshots that name none.",
+    ParamDef("default_tier", "device", "Tier for snapshots and forks that name none (applied live).",
              choices=("device", "host", "disk")),
     ParamDef("rollback_depth", 8, "Committed boundaries kept for ~/rollback (0 disables).", True,
              int_range=(0, 4096)),
     ParamDef("boundary_timeout_s", 5.0, "How long a service waits for the engine to reach a "
-             "committed boundary before answering TIMEOUT.", float_range=(0.01, 600.0)),
+             "committed boundary before answering TIMEOUT.", True, float_range=(0.01, 600.0)),
     ParamDef("control_rate_hz", 50.0, "Policy control rate (engine_kind=policy).", True,
              float_range=(0.1, 2000.0)),
     ParamDef("qos_depth", 1, "History depth of the observation/action topics.", True,
@@ -71,28 +71,32 @@ PARAMS: tuple[ParamDef, ...] = (
 
 @dataclass(frozen=True)
 class NodeConfig:
-    """Typed snapshot of the parameters, handed to the engine factory."""
+    """Typed snapshot of the parameters, handed to the engine factory.
 
-    engine_kind: str = "llm"
-    model: str = "smollm2"
-    policy: str = "gru"
-    device: str = "auto"
-    dtype: str = "auto"
-    max_context: int = 2048
-    prefill_chunk: int = 256
-    max_new_tokens: int = 128
-    capsule_device_budget_mb: int = 1024
-    capsule_host_budget_mb: int = 4096
-    capsule_disk_budget_mb: int = 16384
-    capsule_directory: str = "~/.cache/flashrt_ros/capsules"
-    default_tier: str = "device"
-    rollback_depth: int = 8
-    boundary_timeout_s: float = 5.0
-    control_rate_hz: float = 50.0
-    qos_depth: int = 1
-    qos_deadline_factor: float = 1.5
-    status_period_s: float = 1.0
-    autostart: bool = False
+    No defaults here: every field is read from the ROS parameter of that name,
+    whose default lives once, in ``PARAMS``.
+    """
+
+    engine_kind: str
+    model: str
+    policy: str
+    device: str
+    dtype: str
+    max_context: int
+    prefill_chunk: int
+    max_new_tokens: int
+    capsule_device_budget_mb: int
+    capsule_host_budget_mb: int
+    capsule_disk_budget_mb: int
+    capsule_directory: str
+    default_tier: str
+    rollback_depth: int
+    boundary_timeout_s: float
+    control_rate_hz: float
+    qos_depth: int
+    qos_deadline_factor: float
+    status_period_s: float
+    autostart: bool
 
 
 assert {f.name for f in fields(NodeConfig)} == {p.name for p in PARAMS}, "PARAMS and NodeConfig differ"

@@ -40,7 +40,7 @@ def content_hash(buffer_hashes: Iterable[tuple[str, str]]) -> str:
 
 
 @dataclass(frozen=True)
-class CapsuleInfo:
+class CapsuleSummary:
     """Plain, data-free view of a capsule, safe to hand out for listing."""
 
     name: str
@@ -128,8 +128,8 @@ class Capsule:
         self.content_hash = content_hash(self.buffer_hashes.items())
         return True
 
-    def info(self) -> CapsuleInfo:
-        return CapsuleInfo(self.name, self.session, self.position, self.boundary_id, self.created_at,
+    def info(self) -> CapsuleSummary:
+        return CapsuleSummary(self.name, self.session, self.position, self.boundary_id, self.created_at,
                            self.nbytes, self.tier, self.pinned, self.on_disk, self.hashed,
                            self.content_hash, dict(self.buffer_hashes), self.fingerprint,
                            self.layout_key, dict(self.extents))

@@ -256,8 +256,3 @@ def gather(arena: StateArena, plan: CopyPlan, payload: torch.Tensor,
     """Copy arena live bytes into ``payload``; returns the number of copies."""
     return BoundCopies(arena, plan, payload, names).to_payload(non_blocking=non_blocking)
 
-
-def scatter(arena: StateArena, plan: CopyPlan, payload: torch.Tensor,
-            names: Collection[str] | None = None, *, non_blocking: bool = False) -> int:
-    """Copy ``payload`` back into the same arena addresses (``copy_``, never rebinding)."""
-    return BoundCopies(arena, plan, payload, names).to_arena(non_blocking=non_blocking)

@@ -121,12 +121,6 @@ def delete_capsule(directory: Path, name: str) -> None:
         raise CapsuleIOError(f"deleting capsule {name!r} from {directory} failed: {exc}") from None
 
 
-def list_names(directory: Path) -> list[str]:
-    """Names of the capsules whose manifest is in ``directory``."""
-    return sorted(p.name[: -len(".json")] for p in Path(directory).glob("*.json")
-                  if not p.name.startswith("."))
-
-
 # --- reading ----------------------------------------------------------------
 def read_manifest(directory: Path, name: str) -> dict[str, Any]:
     """Parse and sanity-check a manifest (format, version, field types)."""

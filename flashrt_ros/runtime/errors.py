@@ -27,7 +27,7 @@ class ErrorCode(IntEnum):
     CONTEXT_OVERFLOW = 12
     TIMEOUT = 13
     PINNED = 14
-    CANCELLED = 15
+    # 15 was CANCELLED, never emitted (a cancelled goal reports stop_reason "cancelled"); not reused
     INTERNAL = 99
 
 
@@ -92,7 +92,3 @@ class ContextOverflow(FlashRTError):
 
 class PinnedCapsule(FlashRTError):
     code = ErrorCode.PINNED
-
-
-class Cancelled(FlashRTError):
-    code = ErrorCode.CANCELLED

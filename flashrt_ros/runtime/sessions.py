@@ -4,8 +4,8 @@ Why parking through capsules: the arena is the only place live state can be,
 so a session that is not current exists only as a capsule. ``switch_to``
 snapshots the current session's live state into a hidden capsule
 (``.session.<name>``; names starting with '.' cannot be addressed by users)
-and then restores the target's parked state, or starts the target cold
-(``arena.zero_()``) or from a given capsule. Parked sessions obey the store's
+and then restores the target's parked state, or starts the target cold (the
+engine's ``cold_start``; by default a zeroed arena) or from a given capsule. Parked sessions obey the store's
 budgets like any capsule (they can be demoted down to disk, never deleted), so
 a switch that finds no room fails with ``BudgetExhausted`` and changes nothing.
 
@@ -14,6 +14,8 @@ A switch writes the arena from outside the engine: call it at a boundary
 switch (the ring is reseeded with the state switched to).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from flashrt_ros.runtime.errors import CapsuleNotFound, InvalidArgument
 from flashrt_ros.runtime.names import validate_capsule_name
@@ -29,9 +31,11 @@ def parked_name(session: str) -> str:
 class SessionManager:
     """Named sessions over one store; exactly one is live in the arena at a time."""
 
-    def __init__(self, store: CapsuleStore, *, initial: str = "default", park_tier: str | None = None) -> None:
+    def __init__(self, store: CapsuleStore, *, initial: str = "default", park_tier: str | None = None,
+                 cold_start: Callable[[], None] | None = None) -> None:
         self.store = store
         self.park_tier = park_tier
+        self._cold_start = cold_start or self._zero
         self._current = validate_capsule_name(initial, what="session name")
         self._known: set[str] = {self._current}
 
@@ -74,8 +78,7 @@ class SessionManager:
                 elif from_capsule is not None:
                     self.store.restore(from_capsule)
                 else:
-                    self.store.arena.zero_()
-                    self.store.ring.restart()
+                    self._cold_start()
             except BaseException:
                 # the arena may be half-written: bring the parked state back, then re-raise
                 self.store._restore(parked_name(previous), verify=False, groups=None)
@@ -84,6 +87,11 @@ class SessionManager:
             self._known.add(session)
             self._current = session
             return previous
+
+    def _zero(self) -> None:
+        """The default cold start: every buffer zero, the ring reseeded with that state."""
+        self.store.arena.zero_()
+        self.store.ring.restart()
 
     def close(self, session: str) -> None:
         """Forget a parked session and free its capsule (switch away from it first)."""

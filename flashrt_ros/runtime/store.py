@@ -42,7 +42,7 @@ import torch
 
 from flashrt_ros.runtime import disk
 from flashrt_ros.runtime.arena import BOUNDARY, POSITION, StateArena
-from flashrt_ros.runtime.capsule import TIER_NAMES, Capsule, CapsuleInfo, VerifyReport
+from flashrt_ros.runtime.capsule import TIER_NAMES, Capsule, CapsuleSummary, VerifyReport
 from flashrt_ros.runtime.copyplan import BoundCopies, CopyPlan, gather
 from flashrt_ros.runtime.errors import (AlreadyExists, BudgetExhausted, CapsuleNotFound, CorruptCapsule,
                                         FingerprintMismatch, InvalidArgument, LayoutMismatch,
@@ -129,7 +129,7 @@ class CapsuleStore:
         with self.lock:
             return self._get(validate_capsule_name(name))
 
-    def list(self, *, include_hidden: bool = False) -> list[CapsuleInfo]:
+    def list(self, *, include_hidden: bool = False) -> list[CapsuleSummary]:
         """Metadata of every capsule, oldest first."""
         with self.lock:
             caps = [c for c in self._capsules.values() if include_hidden or not c.hidden]
