@@ -1,4 +1,5 @@
-"""CPU smoke tests of ``flashrt-bench --quick``: it runs end to end, checks itself, degrades gracefully."""
+"""CPU smoke tests of the benchmark commands: ``flashrt-bench --quick`` runs end to end, checks itself and
+degrades gracefully; ``sessions`` runs; the GPU-only ones refuse clearly without CUDA."""
 from __future__ import annotations
 
 import json
@@ -70,3 +71,34 @@ def test_zero_chunk_or_repetitions_are_refused_before_anything_runs(tmp_path: Pa
             bench.main(TINY + ["--out", str(tmp_path)] + bad)
         assert exit_info.value.code == 2, bad
     assert not (tmp_path / "llm.md").exists()
+
+
+def test_sessions_benchmark_runs_on_cpu_with_the_shared_percentile(monkeypatch, capsys) -> None:
+    from flashrt_ros.benchmarks import sessions
+
+    monkeypatch.setattr(sys, "argv", ["sessions", "--cpu", "--positions", "8", "--reps", "3", "--max-context", "64"])
+    assert sessions.main() == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 8 |")]
+    assert len(rows) == 1
+    p50, p99 = (float(x) for x in rows[0].split("|")[3:5])
+    assert 0 < p50 <= p99
+
+
+def test_gpu_micro_benchmarks_refuse_without_cuda_and_still_show_help(monkeypatch, capsys) -> None:
+    import pytest
+    import torch
+
+    from flashrt_ros.benchmarks import kernel_attention, kernel_decode_overhead, kernel_gemv, kernel_segment_copies
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for module in (kernel_attention, kernel_decode_overhead, kernel_gemv, kernel_segment_copies):
+        monkeypatch.setattr(sys, "argv", [module.__name__])
+        with pytest.raises(SystemExit) as exit_info:
+            module.main()
+        assert exit_info.value.code == 2, module.__name__
+        assert "needs a CUDA GPU" in capsys.readouterr().err
+        monkeypatch.setattr(sys, "argv", [module.__name__, "--help"])
+        with pytest.raises(SystemExit) as exit_info:
+            module.main()
+        assert exit_info.value.code == 0
+        assert module.__doc__.splitlines()[0] in capsys.readouterr().out

@@ -9,7 +9,8 @@ Commands:
 - ``control_loop``: the policy engine's control loop at a fixed rate.
 - ``sessions``: a session switch (park the live state, restore another) vs a flat copy.
 - ``kernel_gemv``, ``kernel_attention``, ``kernel_segment_copies``,
-  ``kernel_decode_overhead``: micro-benchmarks of single kernels (GPU).
+  ``kernel_decode_overhead``: micro-benchmarks of single kernels (GPU; ``gpu_args`` gives them
+  ``--help`` and a clear refusal without CUDA).
 - ``run_gpu_suite.sh``: the GPU tests, ``capsules`` and ``llm`` in one go.
 
 Helpers of ``llm``: ``timing`` (timers, copy floor), ``models`` (model pairs),

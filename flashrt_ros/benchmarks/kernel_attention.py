@@ -9,13 +9,13 @@ Run on a GPU: ``python -m flashrt_ros.benchmarks.kernel_attention``.
 """
 from __future__ import annotations
 
-import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 import flashrt_ros.ops.triton.attention as attention
+from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
 from flashrt_ros.benchmarks.timing import graph_ms, median_event_ms
 
 SHAPES = {"hybrid": (8, 2, 256), "smollm2": (9, 3, 64)}
@@ -72,8 +72,10 @@ def short_chunks(turn: int = 64) -> None:
 
 
 def main() -> None:
+    args = gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_attention", lambda p: p.add_argument(
+        "--short", action="store_true", help="a follow-up turn's short chunk: split-key vs flash-style vs SDPA"))
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    if "--short" in sys.argv:
+    if args.short:
         short_chunks()
         return
     original = attention._prefill_config

@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
 from flashrt_ros.benchmarks.models import build_hybrid
 from flashrt_ros.benchmarks.timing import median_event_ms
 from flashrt_ros.benchmarks.measure import prompt_ids
@@ -35,6 +36,7 @@ def _wall(fn) -> float:
 
 
 def main() -> None:
+    gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_decode_overhead")
     pair = build_hybrid(torch.device("cuda"), torch.bfloat16, 0, quick=False)
     eng = LLMEngine(pair.ours, ByteTokenizer(), max_context=2048 + 3 * REPS + 64, device="cuda",
                     prefill_chunk=2048, cuda_graphs=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
 from flashrt_ros.benchmarks.timing import graph_ms
 from flashrt_ros.ops.triton.gemv import gemv, gemv_config
 
@@ -21,6 +22,7 @@ SHAPES = {  # (out N, in K): hybrid 0.81B and SmolLM2-135M decode projections
 
 
 def main() -> None:
+    gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_gemv")
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| shape | N x K | cuBLAS us | GB/s | triton us | GB/s | triton/cuBLAS | max rel err |")
     print("|---|---|---|---|---|---|---|---|")

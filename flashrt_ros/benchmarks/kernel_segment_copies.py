@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
 from flashrt_ros.benchmarks.timing import median_event_ms
 
 
@@ -18,6 +19,7 @@ def _ms(fn) -> float:
 
 
 def main() -> None:
+    gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_segment_copies")
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| segments | MiB | flat copy ms | foreach ms | copy_ loop ms | foreach/flat | loop/flat |")
     print("|---|---|---|---|---|---|---|")
