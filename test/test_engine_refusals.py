@@ -78,7 +78,7 @@ def test_restore_from_on_token_is_refused_at_once_and_the_step_is_undone(tiny):
     engine.capsules.snapshot("a")
     seen: list[int] = []
 
-    def on_token(token: int, piece: str) -> None:
+    def on_token(token: int, piece: str, _n: int) -> None:
         seen.append(token)
         if len(seen) == 5:
             engine.capsules.restore("a")              # inside the step: would run mid-step
