@@ -35,8 +35,7 @@ def main() -> int:
     log = tmp / "node.log"
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "flashrt_ros.cli", "serve", "--model", args.model,
-
-                             "--node-namespace", "/bench", "-p", "device:=cpu",
+                             "--namespace", "/bench", "-p", "device:=cpu",
                              "-p", f"capsule_directory:={tmp / 'capsules'}"],
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
