@@ -33,7 +33,7 @@ setup(
         "console_scripts": [
             "flashrt = flashrt_ros.cli:main",
             "flashrt_node = flashrt_ros.ros.node:main",
-            "flashrt-bench = flashrt_ros.bench:main",
+            "flashrt-bench = flashrt_ros.benchmarks.llm:main",
         ],
     },
 )

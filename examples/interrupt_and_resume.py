@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import py_trees
 import rclpy
@@ -95,8 +96,10 @@ def build_tree(client: FlashRTClient, world: World, period_s: float = 1.0,
     ])
 
 
-def run(namespace: str, seconds: float, rate_hz: float = 50.0) -> dict[str, int]:
-    """Tick the tree at ``rate_hz`` for ``seconds``; returns cycle counts and the world's step count."""
+def run(namespace: str, seconds: float, rate_hz: float = 50.0,
+        until: Callable[[dict[str, int]], bool] | None = None) -> dict[str, int]:
+    """Tick the tree at ``rate_hz`` for ``seconds`` (or until ``until(counts)`` holds, if given);
+    returns cycle counts and the world's step count."""
     owns_rclpy = not rclpy.ok()
     if owns_rclpy:
         rclpy.init()
@@ -115,6 +118,8 @@ def run(namespace: str, seconds: float, rate_hz: float = 50.0) -> dict[str, int]
     end = next_tick + seconds
     try:
         while next_tick < end:
+            if until is not None and until({**counts, "world_steps": world.task.steps}):
+                break
             pub.publish(Float32MultiArray(data=world.observation()))
             cycle.tick_once()
             if cycle.status is Status.SUCCESS:

@@ -199,7 +199,10 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
 
 
 def _generate(args: argparse.Namespace, client: Any) -> int:
+    printed: list[str] = []
+
     def stream(feedback: Any) -> None:
+        printed.append(feedback.text_piece)
         print(feedback.text_piece, end="", flush=True)
 
     try:
@@ -216,18 +219,30 @@ def _generate(args: argparse.Namespace, client: Any) -> int:
         where = f" at position {result.position}" if result is not None else ""
         print(f"interrupted: generation cancelled{where}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print()
     if not outcome.accepted:
+        print()
         print("error: goal rejected (node not active, or a generation is already running)",
               file=sys.stderr)
         return EXIT_FAILED
     r = outcome.result
+    _print_missing_text("".join(printed), r.text)
+    print()
     if not r.success:
         print(f"error: {r.message}", file=sys.stderr)
         return EXIT_FAILED
     print(f"[{len(r.token_ids)} tokens, stop: {r.stop_reason}, ttft {r.ttft_ms:.1f} ms, "
           f"{r.tokens_per_second:.1f} tok/s, position {r.position}]", file=sys.stderr)
     return EXIT_OK
+
+
+def _print_missing_text(streamed: str, full: str) -> None:
+    """Feedback can arrive late or not at all: complete the streamed text from the result's."""
+    if streamed == full:
+        return
+    if full.startswith(streamed):
+        print(full[len(streamed):], end="")
+    else:
+        print(f"\n[streamed feedback was incomplete; the whole text:]\n{full}", end="")
 
 
 def format_capsule_table(capsules: Sequence[Any]) -> str:

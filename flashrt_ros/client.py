@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,9 +25,11 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from flashrt_ros.action import Generate
+from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save, Snapshot,
                              Unpin, Verify)
 from std_srvs.srv import Trigger
+from unique_identifier_msgs.msg import UUID
 
 #: verb -> (service type, service name relative to the node's namespace)
 SERVICES: dict[str, tuple[type, str]] = {
@@ -58,9 +61,10 @@ class ServiceCallError(RuntimeError):
 
 @dataclass
 class GenerateOutcome:
-    result: Any            # Generate.Result
+    result: Any            # Generate.Result (its ``text`` is always the whole generated text)
     accepted: bool
     status: int            # action_msgs/GoalStatus
+    feedback_complete: bool = True   # every token's feedback arrived (False: some came late or never)
 
 
 class FlashRTClient:
@@ -69,9 +73,16 @@ class FlashRTClient:
     def __init__(self, node: Node, namespace: str = "/flashrt") -> None:
         self.node = node
         self.namespace = namespace.rstrip("/") or ""
-        self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}")
+        self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
                          for verb, (srv, name) in SERVICES.items()}
         self._generate = ActionClient(node, Generate, f"{self.namespace}/generate")
+        # Our own subscription to the action's feedback topic: rclpy's ActionClient drops a goal's
+        # feedback callback as soon as its result arrives, and feedback travels on another topic,
+        # so the last pieces can come after the result (and were silently lost).
+        self._feedback_callbacks: dict[bytes, Callable[[Any], None]] = {}
+        self._feedback_sub = node.create_subscription(
+            Generate.Impl.FeedbackMessage, f"{self.namespace}/generate/_action/feedback",
+            self._on_feedback, FEEDBACK_QOS)
         # Spin the node ourselves only if no executor owns it when we first wait.
         self._own_executor: Any = None
         self._decided = False
@@ -134,13 +145,41 @@ class FlashRTClient:
         if not self._generate.wait_for_server(timeout_sec=wait_s):
             raise ServiceCallError(
                 f"action {self.namespace}/generate not available after {wait_s:.1f} s", 13)
-        cb = (lambda msg: feedback(msg.feedback)) if feedback else None
-        return self._generate.send_goal_async(goal, feedback_callback=cb)
+        goal_id = UUID(uuid=list(uuid.uuid4().bytes))
+        if feedback is not None:
+            self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
+        return self._generate.send_goal_async(goal, goal_uuid=goal_id)
+
+    def forget_feedback(self, handle: Any) -> None:
+        """Stop delivering feedback of a finished goal (its late pieces are then dropped)."""
+        self._feedback_callbacks.pop(bytes(handle.goal_id.uuid), None)
+
+    def _on_feedback(self, msg: Any) -> None:
+        callback = self._feedback_callbacks.get(bytes(msg.goal_id.uuid))
+        if callback is not None:
+            callback(msg.feedback)
 
     def generate(self, prompt: str, *, timeout_s: float = 600.0, wait_s: float = 10.0,
-                 feedback: Callable[[Any], None] | None = None, **fields: Any) -> GenerateOutcome:
-        """Run a goal to its end; on KeyboardInterrupt cancel it first (see _cancel)."""
-        handle = self._wait(self.generate_async(prompt, feedback=feedback, wait_s=wait_s,
+                 feedback: Callable[[Any], None] | None = None, feedback_grace_s: float = 5.0,
+                 **fields: Any) -> GenerateOutcome:
+        """Run one goal to its result; on KeyboardInterrupt cancel it first (see _cancel).
+
+        Feedback and result travel on different topics, so the last feedback
+        can arrive after the result. Once the result is in, this waits up to
+        ``feedback_grace_s`` for the feedback of every token it reports
+        (``feedback_complete`` says whether all came); ``result.text`` is the
+        whole text in any case, so a caller that printed pieces can print the rest.
+        """
+        received: set[int] = set()
+
+        def on_feedback(fb: Any) -> None:
+            if int(fb.index) in received:
+                return
+            received.add(int(fb.index))
+            if feedback is not None:
+                feedback(fb)
+
+        handle = self._wait(self.generate_async(prompt, feedback=on_feedback, wait_s=wait_s,
                                                 **fields), wait_s)
         if handle is None:
             raise ServiceCallError("generate: no answer to the goal request", 13)
@@ -154,7 +193,11 @@ class FlashRTClient:
         if wrapped is None:
             handle.cancel_goal_async()
             raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s", 13)
-        return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status)
+        expected = len(wrapped.result.token_ids)
+        complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
+        self.forget_feedback(handle)
+        return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
+                               feedback_complete=complete)
 
     def _cancel(self, handle: Any, wait_s: float) -> Any:
         """Cancel a goal and return its final result (the node stops at a committed boundary)."""
@@ -164,6 +207,16 @@ class FlashRTClient:
         return wrapped.result if wrapped is not None else None
 
     # --- plumbing -------------------------------------------------------
+    def _wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Poll ``condition`` (spinning our node if we own its executor) until true or timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not condition() and time.monotonic() < deadline:
+            if self._own_executor is not None:
+                self._own_executor.spin_once(timeout_sec=0.05)
+            else:
+                time.sleep(0.01)
+        return condition()
+
     def _wait(self, future: Future, timeout_s: float) -> Any:
         """Wait for a future whether or not another thread spins our node."""
         if not self._decided:

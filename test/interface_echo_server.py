@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+import threading
+
 import rclpy
 from rclpy.action import ActionServer
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
@@ -35,12 +37,24 @@ def echo(request, response):
     return response
 
 
+LATE_FEEDBACK: list = []     # a raw publisher on the action's feedback topic (set in main)
+
+
 def generate(goal_handle):
-    for i, ch in enumerate(goal_handle.request.prompt):
+    """Echo the prompt as feedback, one piece per character; a prompt starting with "late:"
+    gets its last piece published only after the result, as DDS may deliver it anyway."""
+    prompt = goal_handle.request.prompt
+    late = prompt.startswith("late:")
+    pieces = list(enumerate(prompt))
+    for i, ch in pieces[:-1] if late else pieces:
         goal_handle.publish_feedback(Generate.Feedback(token_id=ord(ch), text_piece=ch, index=i))
+    if late:
+        i, ch = pieces[-1]
+        message = Generate.Impl.FeedbackMessage(goal_id=goal_handle.goal_id,
+                                                feedback=Generate.Feedback(token_id=ord(ch), text_piece=ch, index=i))
+        threading.Timer(0.5, LATE_FEEDBACK[0].publish, args=(message,)).start()
     goal_handle.succeed()
-    return Generate.Result(success=True, text=goal_handle.request.prompt[::-1],
-                           token_ids=[ord(c) for c in goal_handle.request.prompt])
+    return Generate.Result(success=True, text=prompt[::-1], token_ids=[ord(c) for c in prompt])
 
 
 def main() -> None:
@@ -49,6 +63,7 @@ def main() -> None:
     for name, srv in SERVICES.items():
         node.create_service(srv, f"/echo/{name}", echo)
     ActionServer(node, Generate, "/echo/generate", execute_callback=generate)
+    LATE_FEEDBACK.append(node.create_publisher(Generate.Impl.FeedbackMessage, "/echo/generate/_action/feedback", 10))
     executor = MultiThreadedExecutor(num_threads=2)
     executor.add_node(node)
     print("echo server ready", flush=True)

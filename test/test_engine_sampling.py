@@ -1,8 +1,10 @@
 """The counter-based sampler: deterministic in (seed, counter), faithful to the filtered softmax."""
+import pytest
 import torch
 
 from flashrt_ros.engine.sampling import SamplingParams, greedy_token, sample_token
-from flashrt_ros.ops.counter_rng import uniform as uniform_from_counter
+from flashrt_ros.ops.counter_rng import hash32, uniform as uniform_from_counter
+from flashrt_ros.runtime.errors import InvalidArgument
 
 
 def _draw(logits, temperature=1.0, top_k=0, top_p=1.0, seed=7, counter=0):
@@ -48,11 +50,17 @@ def test_sample_frequencies_follow_the_softmax():
     assert torch.allclose(freq, probs, atol=0.04), freq
 
 
-def test_sampling_params_validate():
+@pytest.mark.parametrize("bad", [
+    dict(temperature=-1.0), dict(temperature=float("nan")), dict(temperature=float("inf")),
+    dict(top_p=0.0), dict(top_p=1.5), dict(top_p=float("nan")), dict(top_k=-1),
+    dict(seed=2 ** 64), dict(seed=-(2 ** 63) - 1)])
+def test_sampling_params_refuse_every_bad_field_with_invalid_argument(bad):
     assert SamplingParams().greedy
-    for bad in (dict(temperature=-1.0), dict(top_p=0.0), dict(top_p=1.5)):
-        try:
-            SamplingParams(**bad)
-        except ValueError:
-            continue
-        raise AssertionError(f"{bad} accepted")
+    with pytest.raises(InvalidArgument):
+        SamplingParams(**bad)
+
+
+def test_every_uint64_seed_maps_onto_the_int64_arena_scalar():
+    assert SamplingParams(seed=2 ** 64 - 1).seed_int64 == -1
+    assert SamplingParams(seed=2 ** 63).seed_int64 == -(2 ** 63)
+    assert SamplingParams(seed=5).seed_int64 == 5

@@ -75,3 +75,28 @@ def test_configure_failure_is_reported_and_the_node_keeps_running(tmp_path, ros_
         assert n.proc.poll() is None
     finally:
         assert n.stop() == 0, n.log.read_text()
+
+
+def test_a_goal_stopped_by_deactivate_is_aborted_not_succeeded(tmp_path, ros_node):  # noqa: F811
+    import threading
+
+    from action_msgs.msg import GoalStatus
+
+    from flashrt_ros.client import FlashRTClient
+    n = NodeUnderTest(tmp_path, "deact", {"max_context": "4096"})
+    try:
+        n.wait_active()
+        fqn = f"{n.namespace}/flashrt"
+        lc = Lifecycle(ros_node, fqn)
+        client = FlashRTClient(ros_node, fqn)
+        started = threading.Event()
+        handle = client._wait(client.generate_async("go on and on", feedback=lambda fb: started.set(),
+                                                    max_new_tokens=4000, use_chat_template=False), 30)
+        assert handle.accepted and started.wait(120)
+        assert lc.transition(Transition.TRANSITION_DEACTIVATE)
+        wrapped = client._wait(handle.get_result_async(), 120)
+        assert wrapped.status == GoalStatus.STATUS_ABORTED
+        assert not wrapped.result.success and wrapped.result.error_code == int(ErrorCode.CANCELLED)
+        assert wrapped.result.stop_reason == "cancelled" and 0 < len(wrapped.result.token_ids) < 4000
+    finally:
+        assert n.stop() == 0, n.log.read_text()

@@ -5,7 +5,7 @@ the SmolLM2 end-to-end path is covered by test_node_smollm2_demo.py.
 """
 from __future__ import annotations
 
-import json
+import math
 import shutil
 import subprocess
 import sys
@@ -16,6 +16,7 @@ import pytest
 
 from flashrt_ros.runtime.errors import ErrorCode
 from node_fixtures import active_node, client_of, ros_node  # noqa: F401 - fixture
+from capsule_files import rewrite_manifest
 from rosproc import NodeUnderTest, ros_env
 
 
@@ -50,7 +51,7 @@ def test_every_capsule_service_succeeds_on_a_live_session(client, node):
     verified = client.call("verify", name="s1", against_live=True)
     assert verified.intact and verified.matches_live and not verified.differing_buffers
     saved = client.call("save", name="s1b")
-    assert saved.path.endswith("s1b.safetensors") and (node.capsule_dir / "s1b.json").exists()
+    assert saved.path.endswith("s1b.safetensors") and (node.capsule_dir / "s1b.safetensors").exists()
     generate(client, " and more", 4)
     assert not client.call("verify", name="s1", against_live=True).matches_live
     restored = client.call("restore", name="s1", verify=True)
@@ -89,11 +90,9 @@ def test_snapshot_refuses_to_overwrite_unless_asked(client):
 
 
 def _copy_capsule(directory, source, target, edit):
-    shutil.copy(directory / f"{source}.safetensors", directory / f"{target}.safetensors")
-    manifest = json.loads((directory / f"{source}.json").read_text())
-    manifest["name"] = target
-    edit(manifest, directory / f"{target}.safetensors")
-    (directory / f"{target}.json").write_text(json.dumps(manifest))
+    path = directory / f"{target}.safetensors"
+    shutil.copy(directory / f"{source}.safetensors", path)
+    rewrite_manifest(path, lambda m: (m.update(name=target), edit(m, path)))
 
 
 def test_load_refuses_foreign_fingerprint_and_flipped_bits(client, node):
@@ -103,13 +102,12 @@ def test_load_refuses_foreign_fingerprint_and_flipped_bits(client, node):
     def foreign(manifest, _path):
         manifest["fingerprint"] = "0" * len(manifest["fingerprint"])
 
-    def flip(_manifest, path):
-        data = bytearray(path.read_bytes())
-        data[-3] ^= 0x40
-        path.write_bytes(bytes(data))
-
     _copy_capsule(node.capsule_dir, "disk_src", "foreign", foreign)
-    _copy_capsule(node.capsule_dir, "disk_src", "flipped", flip)
+    _copy_capsule(node.capsule_dir, "disk_src", "flipped", lambda m, p: None)
+    path = node.capsule_dir / "flipped.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40
+    path.write_bytes(bytes(data))
     r = client.call("load", name="foreign", check=False)
     assert not r.success and r.error_code == int(ErrorCode.FINGERPRINT_MISMATCH), r.message
     r = client.call("load", name="flipped", check=False)
@@ -163,7 +161,7 @@ def test_cancel_stops_at_a_boundary_and_state_stays_restorable(client):
 
 def test_a_second_goal_is_rejected_while_one_runs(client):
     started = threading.Event()
-    handle = client._wait(client.generate_async("", feedback=lambda fb: started.set(),
+    handle = client._wait(client.generate_async("go", feedback=lambda fb: started.set(),
                                                 max_new_tokens=200, reset=True), 10)
     assert handle.accepted and started.wait(60)
     second = client._wait(client.generate_async("", max_new_tokens=2), 10)
@@ -226,3 +224,33 @@ def test_budget_exhausted_is_an_error_not_a_crash(tmp_path, ros_node):  # noqa: 
         assert c.call("rollback", steps=1, check=False).error_code in (0, int(ErrorCode.INVALID_ARGUMENT))
     finally:
         assert n.stop() == 0, n.log.read_text()
+
+
+@pytest.mark.parametrize("fields", [
+    {"temperature": -1.0}, {"temperature": math.nan}, {"temperature": math.inf}, {"top_p": 1.5},
+    {"top_p": math.nan}, {"top_k": -1}, {"temperature": -1.0, "reset": True},
+    {"prompt": "", "reset": True}, {"top_p": -0.5, "session": "elsewhere"},
+], ids=["temperature<0", "temperature-nan", "temperature-inf", "top_p>1", "top_p-nan", "top_k<0",
+        "bad-field-with-reset", "reset-empty-prompt", "bad-field-with-session"])
+def test_invalid_generate_fields_are_refused_and_change_no_live_byte(client, fields):
+    generate(client, "state that must survive", 3, reset=True)
+    client.call("snapshot", name="pre_refusal", overwrite=True)
+    fields = dict(fields)
+    prompt = fields.pop("prompt", "more")
+    outcome = client.generate(prompt, max_new_tokens=3, use_chat_template=False, timeout_s=60, **fields)
+    assert outcome.accepted and not outcome.result.success
+    assert outcome.result.error_code == int(ErrorCode.INVALID_ARGUMENT), outcome.result.message
+    assert "Traceback" not in outcome.result.message
+    assert client.call("verify", name="pre_refusal", against_live=True).matches_live
+
+
+def test_largest_uint64_seed_is_a_valid_seed(client):
+    result, _ = generate(client, "seeded", 3, reset=True, temperature=0.9, seed=2 ** 64 - 1)
+    assert len(result.token_ids) == 3
+
+
+@pytest.mark.parametrize("session", ["../../x", "s" * 10_000, "a b", ".hidden"])
+def test_session_names_are_validated_like_capsule_names(client, session):
+    r = client.call("snapshot", name="with_session", session=session, overwrite=True, check=False)
+    assert not r.success and r.error_code == int(ErrorCode.INVALID_NAME), r.message
+    assert len(r.message) < 500

@@ -76,9 +76,8 @@ def test_tree_snapshots_rolls_back_and_restores(client, run_tree):
         py_trees.timers.Timer("let the policy run", duration=0.5), before,
         py_trees.timers.Timer("keep running", duration=0.3), after, rollback, restore])
 
-    worst = run_tree(root)
-    assert root.status is Status.SUCCESS, _failures(root)
-    assert worst < 0.25, f"a tick took {worst:.3f} s: behaviours must not block"
+    run_tree(root)      # that ticks never wait on a response is proven with a fake client in
+    assert root.status is Status.SUCCESS, _failures(root)    # test_policy_bt_behaviours, not by timing
     assert 0 < before.response.capsule.position < after.response.capsule.position
     assert rollback.response.position >= 0
     assert restore.response.capsule.position == before.response.capsule.position
@@ -95,8 +94,9 @@ def test_example_tree_runs_interrupt_cycles_against_the_node(policy_node):
     spec = importlib.util.spec_from_file_location("bt_example", REPO / "examples" / "interrupt_and_resume.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    # a cycle is 1.2 s of timers plus four service calls: 4 s leaves room for a loaded 2-core CI
-    counts = example.run(f"{policy_node.namespace}/flashrt", seconds=4.0)
+    # a condition, not a time budget: run until two cycles succeeded and the world moved (or 120 s)
+    counts = example.run(f"{policy_node.namespace}/flashrt", seconds=120.0,
+                         until=lambda c: c["succeeded"] >= 2 and c["world_steps"] > 30)
     assert counts["succeeded"] >= 2 and counts["failed"] == 0
     assert counts["world_steps"] > 30, "the node's actions must drive the simulated world"
 

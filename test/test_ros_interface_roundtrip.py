@@ -54,3 +54,12 @@ def test_generate_action_round_trips_with_feedback(echo_client):
     assert outcome.accepted and outcome.result.success
     assert outcome.result.text == "cba" and list(outcome.result.token_ids) == [97, 98, 99]
     assert pieces == ["a", "b", "c"]
+
+
+def test_feedback_that_arrives_after_the_result_still_reaches_the_caller(echo_client):
+    # the echo server publishes the last piece 0.5 s after the result; rclpy's ActionClient
+    # would drop it (it forgets a goal's feedback callback once the result is in)
+    pieces = []
+    outcome = echo_client.generate("late:xyz", feedback=lambda fb: pieces.append(fb.text_piece), timeout_s=20)
+    assert outcome.accepted and outcome.result.success and outcome.feedback_complete
+    assert "".join(pieces) == "late:xyz"

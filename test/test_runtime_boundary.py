@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from flashrt_ros.runtime.boundary import BoundaryGate
-from flashrt_ros.runtime.errors import ErrorCode, FlashRTError
+from flashrt_ros.runtime.errors import Busy, ErrorCode, FlashRTError
 
 
 class SteppingEngine:
@@ -56,7 +57,8 @@ def submit(gate: BoundaryGate, fn, timeout=None):
 
 
 def wait_pending(gate: BoundaryGate, n: int) -> None:
-    for _ in range(500):
+    deadline = time.monotonic() + 30          # generous: a loaded 2-core machine
+    while time.monotonic() < deadline:
         if gate.pending >= n:
             return
         threading.Event().wait(0.002)
@@ -172,8 +174,38 @@ def test_generation_end_serves_requests_left_in_the_queue():
 def test_nested_run_at_boundary_does_not_deadlock():
     gate = BoundaryGate()
     assert gate.run_at_boundary(lambda: gate.run_at_boundary(lambda: "inner")) == "inner"
-    with gate.step():
-        assert gate.run_at_boundary(lambda: "in-step") == "in-step"
+
+
+def test_a_verb_from_inside_a_step_is_refused_at_once_and_never_runs():
+    gate = BoundaryGate()
+    ran = []
+    with gate.generation(), gate.step():
+        with pytest.raises(Busy, match="inside an engine step"):
+            gate.run_at_boundary(lambda: ran.append(1), timeout=None)
+    assert ran == [] and gate.pending == 0
+
+
+def test_a_verb_from_the_engine_thread_between_steps_runs_at_once():
+    gate = BoundaryGate()
+    with gate.generation():
+        with gate.step():
+            pass
+        # e.g. from should_stop: a committed boundary, nothing in flight; no timeout needed
+        assert gate.run_at_boundary(lambda: "now", timeout=None) == "now"
+        with gate.step():               # and the engine steps on afterwards
+            pass
+    assert gate.pending == 0
+
+
+def test_other_threads_still_queue_for_the_next_boundary_during_a_generation():
+    gate = BoundaryGate()
+    with gate.generation():
+        t, outcome = submit(gate, lambda: threading.get_ident())
+        wait_pending(gate, 1)
+        with gate.step():
+            pass
+        t.join(5)
+    assert outcome["result"] == threading.get_ident()      # ran in the engine thread, at the boundary
 
 
 def test_engine_step_waits_while_an_idle_caller_holds_the_state():

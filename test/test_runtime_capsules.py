@@ -68,14 +68,23 @@ def test_capsule_metadata_reads_position_and_boundary():
     assert [i.name for i in store.list()] == ["a"]
 
 
-def test_device_snapshot_hashes_lazily_and_verify_records_hashes():
+def test_device_snapshot_is_hashed_when_taken_on_a_cpu_arena():
     arena, engine, store = make()
+    c = store.snapshot("a")
+    assert c.hashed and set(c.buffer_hashes) == set(arena)
+    first = store.verify("a")
+    assert first.ok and first.verified and not first.hashed_now and first.mismatched == ()
+
+
+def test_without_hashes_at_snapshot_the_first_verify_is_unverified_then_compares():
+    arena, engine, store = make()
+    store.hash_at_snapshot = False
     c = store.snapshot("a")
     assert not c.hashed and c.buffer_hashes == {}
     first = store.verify("a")
-    assert first.ok and first.hashed_now and c.hashed
+    assert not first.ok and not first.verified and first.hashed_now and c.hashed
     second = store.verify("a")
-    assert second.ok and not second.hashed_now and second.mismatched == ()
+    assert second.ok and second.verified and second.mismatched == ()
 
 
 def test_verify_detects_corrupted_stored_bytes():

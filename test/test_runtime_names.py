@@ -1,8 +1,6 @@
 """Capsule name validation: file-name safe, bounded, never a path."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from flashrt_ros.runtime.errors import ErrorCode, InvalidName
@@ -27,11 +25,9 @@ def test_path_separators_are_named_in_the_message():
         validate_capsule_name("a/b")
 
 
-def test_ten_megabyte_name_fails_fast_without_echoing_it():
+def test_ten_megabyte_name_is_refused_on_its_length_without_echoing_it():
     name = "a" * (10 * 1024 * 1024)
-    start = time.perf_counter()
-    with pytest.raises(InvalidName) as info:
+    with pytest.raises(InvalidName, match="characters long") as info:   # the length check, not a scan
         validate_capsule_name(name)
-    assert time.perf_counter() - start < 0.05
     assert len(str(info.value)) < 200
     assert str(len(name)) in str(info.value)

@@ -12,9 +12,11 @@ import torch
 from triton_interpret import INTERPRET, kernel_device, needs_triton
 
 pytest.importorskip("triton")
+import flashrt_ros.ops.triton.attention as attention  # noqa: E402
 from flashrt_ros.ops.triton.attention import (  # noqa: E402
     _decode_config,
     _prefill_config,
+    _short_config,
     static_kv_attention,
 )
 
@@ -63,7 +65,16 @@ def assert_matches_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: to
     assert relative_error(out, ref) <= tol
 
 
+@pytest.fixture(params=["split-key", "flash"])
+def prefill_form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a prefill test through both forms: short chunks split over keys, long ones flash-style."""
+    if request.param == "flash":
+        monkeypatch.setattr(attention, "_SHORT_MAX_QUERIES", 1)
+    return request.param
+
+
 @needs_triton
+@pytest.mark.usefixtures("prefill_form")
 @pytest.mark.parametrize("n_queries, start, n_heads, n_kv, head_dim, max_context", [
     (5, 37, 4, 2, 16, 64),       # mid-cache, GQA group of 2
     (40, 0, 4, 2, 32, 64),       # a prompt from position 0
@@ -78,6 +89,7 @@ def test_prefill_matches_float32_reference(n_queries: int, start: int, n_heads: 
 
 
 @needs_triton
+@pytest.mark.usefixtures("prefill_form")
 def test_prefill_spanning_several_query_tiles_and_key_blocks_matches_reference() -> None:
     n_queries, start, head_dim = 150, 70, 16
     block_m, block_n, _, _ = _prefill_config(head_dim, n_queries)
@@ -98,6 +110,31 @@ def test_decode_matches_float32_reference(start: int, n_heads: int, n_kv: int, h
 
 
 @needs_triton
+@pytest.mark.parametrize("n_queries, start, n_heads, n_kv, max_context", [
+    (64, 700, 4, 2, 1024),       # a 64-token turn after 700 cached tokens: several key slices
+    (7, 1000, 9, 3, 1024),       # group of 3, rows of one tile span two slices' boundary
+    (33, 128, 4, 1, 512),        # the chunk starts exactly on a slice boundary
+    (16, 120, 4, 2, 512),        # early rows see fewer slices than late ones
+])
+def test_split_key_prefill_over_several_slices_matches_reference(n_queries: int, start: int, n_heads: int,
+                                                                 n_kv: int, max_context: int) -> None:
+    head_dim = 16
+    _, block_n, split, n_splits, _, _ = _short_config(head_dim, n_queries, n_heads // n_kv, n_kv, max_context)
+    assert n_splits > 1 and split >= 2 * block_n and (start + n_queries) > split
+    assert_matches_reference(*make_inputs(n_queries, start, n_heads, n_kv, head_dim, max_context), tol=1e-4)
+
+
+@pytest.mark.parametrize("n_queries", [2, 64, 256])
+@pytest.mark.parametrize("max_context", [16, 2048 + 64, 16384 + 64, 131072])
+@pytest.mark.parametrize("head_dim, group, n_kv", [(256, 4, 2), (64, 3, 3)])
+def test_split_key_slices_are_power_of_two_multiples_of_the_key_block_covering_the_cache(
+        n_queries: int, max_context: int, head_dim: int, group: int, n_kv: int) -> None:
+    block_m, block_n, split, n_splits, _, _ = _short_config(head_dim, n_queries, group, n_kv, max_context)
+    assert split % block_n == 0 and split & (split - 1) == 0 and block_m & (block_m - 1) == 0
+    assert (n_splits - 1) * split < max_context <= n_splits * split
+
+
+@needs_triton
 @pytest.mark.parametrize("start", [300, 8191])
 def test_decode_loops_over_key_blocks_within_a_slice_and_skips_empty_slices(start: int) -> None:
     head_dim, max_context = 16, 8192
@@ -107,6 +144,7 @@ def test_decode_loops_over_key_blocks_within_a_slice_and_skips_empty_slices(star
 
 
 @needs_triton
+@pytest.mark.usefixtures("prefill_form")
 @pytest.mark.parametrize("n_queries", [1, 6])
 def test_garbage_in_rows_past_the_live_length_does_not_change_the_output(n_queries: int) -> None:
     shape = (n_queries, 45, 4, 2, 16, 128)
@@ -140,6 +178,7 @@ def test_start_given_as_a_one_element_vector_and_a_custom_scale(n_queries: int) 
 
 
 @needs_triton
+@pytest.mark.usefixtures("prefill_form")
 @pytest.mark.parametrize("n_queries, start, head_dim", [(5, 37, 16), (20, 10, 64), (1, 100, 64),
                                                         (12, 30, 256), (1, 50, 256)])
 def test_bf16_matches_float32_reference_for_model_head_dims(n_queries: int, start: int,
@@ -160,9 +199,9 @@ def test_decode_slices_are_power_of_two_multiples_of_the_key_block_covering_the_
 
 @needs_cuda
 @needs_triton
-@pytest.mark.parametrize("n_queries", [1, 7])
+@pytest.mark.parametrize("n_queries", [1, 7, 64])
 def test_one_cuda_graph_serves_every_start_position(n_queries: int) -> None:
-    max_context = 256
+    max_context = 320                  # position 200 + 64 queries fits
     q, k_cache, v_cache, start = make_inputs(n_queries, 0, 4, 2, 64, max_context, dtype=torch.bfloat16,
                                              garbage=1.0)
     side = torch.cuda.Stream()
@@ -188,7 +227,7 @@ def test_one_cuda_graph_serves_every_start_position(n_queries: int) -> None:
 
 @needs_cuda
 @needs_triton
-@pytest.mark.parametrize("n_queries, start", [(2048, 14336), (1, 16000)])
+@pytest.mark.parametrize("n_queries, start", [(2048, 14336), (1, 16000), (64, 16320), (64, 2048)])
 def test_model_shape_bf16_at_16k_context_matches_reference(n_queries: int, start: int) -> None:
     inputs = make_inputs(n_queries, start, 8, 2, 256, 16384 + 64, dtype=torch.bfloat16)
     assert_matches_reference(*inputs, tol=1e-2)

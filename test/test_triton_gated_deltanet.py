@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from triton_interpret import BF16_TOL, INTERPRET, kernel_device, needs_triton
 
 from flashrt_ros.ops.causal_conv import causal_conv1d_with_state
-from flashrt_ros.ops.gated_delta import torch_recurrent_gated_delta_rule
+from flashrt_ros.ops.gated_delta import gdn_gates, torch_recurrent_gated_delta_rule
 from flashrt_ros.ops.norms import gated_rms_norm
 from flashrt_ros.ops.triton import fast_kernels
 
@@ -57,7 +57,7 @@ def _conv_inputs(t: int, channels: int, kernel: int, dtype: torch.dtype, seed: i
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_bias", [False, True])
-@pytest.mark.parametrize("t", [1, 2, 3, 7, 40])
+@pytest.mark.parametrize("t", [1, 2, 3, 7, 40, 70])
 def test_conv_update_matches_reference_output_and_state_window(t, with_bias, dtype):
     from flashrt_ros.ops.triton.gated_deltanet import causal_conv1d_update
 
@@ -92,6 +92,42 @@ def test_conv_update_chained_calls_equal_one_call_over_the_concatenation():
     parts += [causal_conv1d_update(x[i:i + 1], state, weight, bias) for i in range(5, 8)]
     torch.testing.assert_close(torch.cat(parts), whole, rtol=1e-6, atol=1e-6)
     assert torch.equal(state, whole_state)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [2, 20, 40])
+def test_conv_sections_are_contiguous_column_blocks_of_the_whole_result(t, dtype):
+    from flashrt_ros.ops.triton.gated_deltanet import causal_conv1d_update
+
+    x, state, weight, _ = _conv_inputs(t, 200, 4, dtype, seed=50 + t)   # blocks straddle channel tiles
+    ref_state = state.clone()
+    ref = _ref_conv(x, ref_state, weight)
+    sections = (48, 48, 104)
+    parts = causal_conv1d_update(x, state, weight, sections=sections)
+    assert [p.shape for p in parts] == [(t, w) for w in sections] and all(p.is_contiguous() for p in parts)
+    for part, want in zip(parts, ref.split(list(sections), dim=-1)):
+        assert _rel(part, want) <= (1e-5 if dtype == torch.float32 else BF16_TOL)
+    assert torch.equal(state, ref_state)
+
+
+# ---- gates ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t, heads", [(1, 4), (7, 16), (70, 6)])
+def test_gates_match_reference_on_row_views_of_a_projection(t, heads, dtype):
+    from flashrt_ros.ops.triton.gated_deltanet import gdn_gates as fused
+
+    proj = _randn(t, 3 * heads + 5, dtype=dtype, seed=60 + t, scale=8.0)   # large |a|: softplus threshold
+    b, a = proj[:, 5:5 + heads], proj[:, 5 + heads:5 + 2 * heads]
+    A_log = _randn(heads, seed=61, scale=0.5).to(dtype)
+    dt_bias = _randn(heads, seed=62).to(dtype)
+    with fast_kernels(False):
+        ref_g, ref_beta = gdn_gates(a, b, A_log, dt_bias)
+    g, beta = fused(a, b, A_log, dt_bias)
+    assert g.dtype == torch.float32 and beta.dtype == dtype and g.is_contiguous() and beta.is_contiguous()
+    assert _rel(g, ref_g) <= 1e-5
+    assert _rel(beta, ref_beta) <= (1e-6 if dtype == torch.float32 else BF16_TOL)
 
 
 # ---- fused decode step --------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Where a decode step's GPU time goes: kernels per token, and their time by kind.
+"""Where a forward's GPU time goes (a decode token, or a follow-up turn's prefill): kernels and time by kind.
 
 Why: "decode is N x the weight-read floor" says nothing about the cause. A
 batch-1 step is a chain of kernels; with a CUDA graph the gaps between them are
@@ -7,7 +7,8 @@ eager model forward and summing their device time by kind (cuBLAS matrix
 products, our triton kernels, other torch kernels) shows whether the step is
 bound by weight reads, by kernel count, or by something else. This profiles
 the model's forward of one token (the engine adds a few bookkeeping kernels:
-the token write, sampling, counters).
+the token write, sampling, counters). The same breakdown of a ``T``-token
+forward at position ``N`` is the anatomy of a follow-up turn's prefill.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from flashrt_ros.runtime.arena import StateArena, core_meta_specs
 
 _GEMM_MARKERS = ("gemm", "gemv", "cutlass", "xmma", "nvjet", "cublas", "splitk")
 _OURS = ("_add_rms_norm", "_attention_", "_decode_step", "_causal_conv", "_conv_state", "_gated_product",
-         "_rope_kv", "_gated_rms_rows")
+         "_rope_kv", "_gated_rms_rows", "_gdn_gates")
 _FLA = ("chunk_", "fused_recurrent", "l2norm", "recompute_w_u", "solve_tril")
 
 
@@ -37,13 +38,14 @@ def kernel_kind(name: str) -> str:
 
 
 @torch.no_grad()
-def decode_anatomy(model: CausalLM, position: int, device: torch.device, steps: int = 5) -> dict[str, Any]:
-    """Kernels and device time per decode token at ``position``, by kind (means over ``steps``)."""
+def forward_anatomy(model: CausalLM, position: int, device: torch.device, tokens: int = 1,
+                    steps: int = 5) -> dict[str, Any]:
+    """Kernels and device time of one ``tokens``-token forward at ``position``, by kind (means over ``steps``)."""
     from torch.profiler import ProfilerActivity, profile
 
-    arena = StateArena(core_meta_specs() + model.state_specs(position + 8), device=device)
-    token = torch.ones(1, dtype=torch.int64, device=device)
-    pos = torch.full((1,), position, dtype=torch.int64, device=device)
+    arena = StateArena(core_meta_specs() + model.state_specs(position + tokens + 8), device=device)
+    token = torch.ones(tokens, dtype=torch.int64, device=device)
+    pos = position + torch.arange(tokens, dtype=torch.int64, device=device)
     for _ in range(3):                          # warm-up: compilation, autotune, handles
         model(token, pos, arena, last_only=True)
     torch.cuda.synchronize(device)

@@ -67,3 +67,31 @@ def copy_floor_ms(nbytes: int, device: torch.device, reps: int) -> float:
     ms = median_event_ms(lambda: dst.copy_(src), reps, device)
     del src, dst
     return ms
+
+
+def graph_ms(fn: Callable[[], object], repeat: int = 20, reps: int = 30) -> float:
+    """Median milliseconds of one ``fn()`` inside a CUDA graph of ``repeat`` back-to-back calls.
+
+    Why: a kernel of a few microseconds timed eagerly measures the Python
+    launch, not the kernel; in a graph (as the engine runs it) the launch gaps
+    shrink to what the device adds between kernels.
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeat):
+            fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / repeat)
+    return statistics.median(times)

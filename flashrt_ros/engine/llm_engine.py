@@ -30,7 +30,7 @@ from flashrt_ros import __version__
 from flashrt_ros.engine.config import GenerationResult, StoreConfig
 from flashrt_ros.engine.graphs import chunk_lengths
 from flashrt_ros.engine.model_runner import ModelRunner
-from flashrt_ros.engine.request_setup import check_fits, prompt_ids, write_request
+from flashrt_ros.engine.request_setup import check_ids, check_fits, prompt_ids, write_request
 from flashrt_ros.engine.sampling import SamplingParams
 from flashrt_ros.engine.state import (PENDING, RNG_COUNTER, RNG_SEED, TEMPERATURE, TOKENS, TOP_K, TOP_P,
                                       engine_state_specs)
@@ -108,7 +108,14 @@ class LLMEngine:
             return self._prefill(ids, should_stop, self._version())
 
     def _prefill(self, ids: Sequence[int], should_stop: ShouldStop | None, version: tuple[int, int]) -> int:
-        """Chunked feed; stops early at a boundary on ``should_stop`` or when the state was replaced."""
+        """Chunked feed; stops early at a boundary on ``should_stop`` or when the state was replaced.
+
+        ``should_stop`` is always polled between steps, never inside one, so a
+        verb it calls runs at once (see ``BoundaryGate``) and is seen by the
+        version check that follows.
+        """
+        if should_stop is not None and should_stop():
+            return 0
         with self.gate.step():        # read and check at a boundary, before any chunk runs
             position, has_pending = self.runner.scalars()
             feed = ([int(self.arena[PENDING].item())] if has_pending else []) + [int(i) for i in ids]
@@ -124,12 +131,12 @@ class LLMEngine:
                 chunks.append(tensor[offset:offset + n])
                 offset += n
             first = chunks.pop(0)
-            if self._version() != version or (should_stop is not None and should_stop()):
+            if self._version() != version:
                 return 0
             fed = first.shape[0]
             self.runner.prefill_step(first, after=(position + fed, 0))
         for chunk in chunks:
-            if self._version() != version or (should_stop is not None and should_stop()):
+            if (should_stop is not None and should_stop()) or self._version() != version:
                 break
             fed += chunk.shape[0]
             self.runner.prefill_step(chunk, after=(position + fed, 0))
@@ -207,7 +214,7 @@ class LLMEngine:
                 reason = "cancelled" if fed < expected else None
                 t_decode = time.perf_counter()
                 while reason is None:
-                    if self._version() != version or (should_stop is not None and should_stop()):
+                    if (should_stop is not None and should_stop()) or self._version() != version:
                         reason = "cancelled"
                     elif len(emitted) >= max_new_tokens:
                         reason = "max_new_tokens"
@@ -241,16 +248,23 @@ class LLMEngine:
         """Tokenise the prompt and write request settings, as one committed step if anything changed.
 
         Returns the prompt ids and whether a pending token will be fed before them.
+        Everything is checked before anything is written: a refused request
+        leaves the arena byte-identical.
         """
         with self.gate.step():
             position, has_pending = self.runner.scalars()
             ids = prompt_ids(self.tokenizer, self.arena, prompt, chat=chat, position=position,
                              has_pending=has_pending)
             needed = check_fits(ids, position=position, has_pending=has_pending, max_context=self.max_context)
+            check_ids(ids, vocab_size=self.model.vocab_size, position=position, has_pending=has_pending)
             if sampling is not None or ids:
                 self.store.ring.before_step()
-                write_request(self.arena, sampling, needed if ids else None)
-                self.runner.commit()
+                try:
+                    write_request(self.arena, sampling, needed if ids else None)
+                    self.runner.commit()
+                except BaseException:
+                    self.runner.abort_step()
+                    raise
         return ids, has_pending
 
     # ------------------------------------------------------------- state

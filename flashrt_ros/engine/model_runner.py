@@ -148,7 +148,7 @@ class ModelRunner:
                 self.commit()
                 self._host_scalars = None if after is None else (self.version(), after)
             except BaseException:
-                self._abort_step()
+                self.abort_step()
                 raise
             self.stats.record(kind, time.perf_counter() - start)
         return token
@@ -158,7 +158,7 @@ class ModelRunner:
         self.arena[BOUNDARY].add_(1)
         self.ring.record()
 
-    def _abort_step(self) -> None:
+    def abort_step(self) -> None:
         """Undo a step that failed half-way: back to the last committed boundary."""
         try:
             self.ring.rollback(0)

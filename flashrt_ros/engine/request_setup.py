@@ -47,6 +47,15 @@ def check_fits(ids: Sequence[int], *, position: int, has_pending: int, max_conte
     return needed
 
 
+def check_ids(ids: Sequence[int], *, vocab_size: int, position: int, has_pending: int) -> None:
+    """Refuse ids outside the vocabulary, and an empty prompt with nothing to continue from."""
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+        raise InvalidArgument(f"token ids out of range [0, {vocab_size}): {bad[:5]}")
+    if not ids and position == 0 and not has_pending:
+        raise InvalidArgument("empty prompt on an empty context: there is nothing to continue from")
+
+
 def write_request(arena: StateArena, sampling: SamplingParams | None, prompt_length: int | None) -> None:
     """Write the request's sampling settings and prompt length into the arena (inside a step)."""
     if sampling is not None:
@@ -54,7 +63,7 @@ def write_request(arena: StateArena, sampling: SamplingParams | None, prompt_len
         arena[TOP_K].fill_(sampling.top_k)
         arena[TOP_P].fill_(sampling.top_p)
         if sampling.seed is not None:
-            arena[RNG_SEED].fill_(int(sampling.seed))
+            arena[RNG_SEED].fill_(sampling.seed_int64)
             arena[RNG_COUNTER].zero_()
     if prompt_length is not None:
         arena[PROMPT_LENGTH].fill_(prompt_length)

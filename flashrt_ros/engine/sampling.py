@@ -13,19 +13,23 @@ restricted (and renormalised) to the top-k / top-p set.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from flashrt_ros.ops.counter_rng import uniform
+from flashrt_ros.runtime.errors import InvalidArgument
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request sampling settings. ``temperature == 0`` is greedy.
+    """Per-request sampling settings, validated on construction (``InvalidArgument``).
 
-    ``top_k <= 0`` and ``top_p >= 1`` disable those filters. ``seed=None``
-    keeps the engine's current random stream (continuing it); a seed restarts
-    the stream at counter 0.
+    ``temperature`` finite and >= 0 (0 is greedy); ``top_k`` >= 0 (0 disables);
+    ``top_p`` finite in (0, 1] (1 disables). ``seed=None`` keeps the engine's
+    current random stream (continuing it); a seed (any uint64, or a negative
+    int64) restarts the stream at counter 0. Constructing the object is the
+    whole check, so an engine can refuse a request before it writes anything.
     """
 
     temperature: float = 0.0
@@ -34,10 +38,24 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
+        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) \
+                or self.temperature < 0:
+            raise InvalidArgument(f"temperature must be a finite number >= 0 (got {self.temperature!r})")
+        if not isinstance(self.top_p, (int, float)) or not math.isfinite(self.top_p) \
+                or not 0.0 < self.top_p <= 1.0:
+            raise InvalidArgument(f"top_p must be in (0, 1] (got {self.top_p!r})")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not 0 <= self.top_k < 1 << 62:
+            raise InvalidArgument(f"top_k must be an integer >= 0 (got {self.top_k!r})")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not -(1 << 63) <= self.seed < 1 << 64):
+            raise InvalidArgument(f"seed must be a uint64 (or int64) integer (got {self.seed!r})")
+
+    @property
+    def seed_int64(self) -> int | None:
+        """The seed as the arena stores it: a uint64 reinterpreted as int64 (two's complement)."""
+        if self.seed is None:
+            return None
+        return self.seed - (1 << 64) if self.seed >= 1 << 63 else self.seed
 
     @property
     def greedy(self) -> bool:

@@ -28,7 +28,7 @@ def kv_cache_spec(max_context: int, layers: int, kv_heads: int, head_dim: int,
     position) is then one contiguous byte range, so a capsule copies the whole
     KV state with a single device memcpy instead of one strided copy per layer
     (measured on an H200: a multi-tensor copy of 13 segments ran at 0.4x the
-    speed of one flat copy of the same bytes; benchmarks/bench_segment_copies.py).
+    speed of one flat copy of the same bytes; benchmarks/kernel_segment_copies.py).
     """
     return BufferSpec(KV_CACHE, (max_context, layers, 2, kv_heads, head_dim), dtype, group="kv", live_axis=0,
                       length_from=POSITION, append_only=True,

@@ -38,3 +38,17 @@ def causal_conv1d_with_state(x: torch.Tensor, state: torch.Tensor, weight: torch
     if silu:
         out = F.silu(out)
     return out.transpose(0, 1).to(x.dtype)
+
+
+def causal_conv1d_sections(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor,
+                           sections: tuple[int, int, int]) -> tuple[torch.Tensor, ...]:
+    """``causal_conv1d_with_state`` (SiLU, no bias) split into column blocks ``sections``.
+
+    On CUDA with triton the three blocks come out of the one conv kernel as
+    contiguous tensors (a prefill's q, k, v go to fla's chunk kernel, which
+    would copy strided views); elsewhere they are views of the ``[T, C]`` result.
+    """
+    if use_triton(x):
+        from flashrt_ros.ops.triton.gated_deltanet import causal_conv1d_update
+        return causal_conv1d_update(x, state, weight, None, True, sections=sections)
+    return causal_conv1d_with_state(x, state, weight).split(list(sections), dim=-1)

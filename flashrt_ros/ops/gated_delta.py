@@ -47,7 +47,13 @@ def fla_available() -> bool:
 
 def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
               dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Qwen3-Next's gates: log-decay ``g = -exp(A_log) softplus(a + dt_bias)`` (float32), ``beta = sigmoid(b)``."""
+    """Qwen3-Next's gates: log-decay ``g = -exp(A_log) softplus(a + dt_bias)`` (float32), ``beta = sigmoid(b)``.
+
+    On CUDA with triton one kernel for ``[T, H]`` inputs (contiguous outputs).
+    """
+    if use_triton(a) and a.dim() == 2:
+        from flashrt_ros.ops.triton.gated_deltanet import gdn_gates as fused
+        return fused(a, b, A_log, dt_bias)
     g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float())
     return g, b.sigmoid()
 

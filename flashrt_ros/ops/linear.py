@@ -3,7 +3,7 @@
 Why a subclass: state dicts, loaders and ``.to()`` keep working unchanged
 (same parameter names), while a decode step's matrix-vector products (one
 row of input) skip cuBLAS, whose GEMM tiles waste most of their work and, for
-short reductions, add a split-K reduction kernel (benchmarks/bench_gemv.py).
+short reductions, add a split-K reduction kernel (benchmarks/kernel_gemv.py).
 Everything else (prefill, CPU, bias) is ``F.linear``.
 """
 from __future__ import annotations

@@ -1,11 +1,20 @@
-"""Runtime objects <-> ROS messages, and exceptions -> response status fields."""
+"""Runtime objects <-> ROS messages, and exceptions -> response status fields.
+
+Why range checks here: rclpy does not check field ranges when a field is set
+(only when the message is serialized, inside the executor, where an error
+would escape the callback and stop the node). So every number is checked when
+it is converted, and ``sendable`` proves a whole response serializes before it
+leaves the callback, replacing it with an INTERNAL error response if not.
+"""
 from __future__ import annotations
 
 import logging
+import math
 import traceback
 from typing import Any, Mapping
 
 from builtin_interfaces.msg import Time
+from rclpy.serialization import serialize_message
 
 from flashrt_ros.msg import CapsuleInfo, EngineStatus
 from flashrt_ros.runtime.errors import ErrorCode, FlashRTError
@@ -13,19 +22,36 @@ from flashrt_ros.runtime.errors import ErrorCode, FlashRTError
 log = logging.getLogger(__name__)
 
 
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+UINT64 = (0, (1 << 64) - 1)
+
+
+def checked_int(value: Any, bounds: tuple[int, int], what: str) -> int:
+    """``int(value)`` if it fits the message field's range, else a clear error (never a crash later)."""
+    v = int(value)
+    if not bounds[0] <= v <= bounds[1]:
+        raise FlashRTError(f"{what} = {v} does not fit its message field", ErrorCode.INTERNAL)
+    return v
+
+
 def time_msg(unix_s: float) -> Time:
+    unix_s = float(unix_s)
+    if not math.isfinite(unix_s) or not 0.0 <= unix_s < float(INT32[1] + 1):
+        raise FlashRTError(f"time {unix_s!r} does not fit builtin_interfaces/Time", ErrorCode.INTERNAL)
     sec = int(unix_s)
-    return Time(sec=sec, nanosec=int((unix_s - sec) * 1e9))
+    return Time(sec=sec, nanosec=min(int((unix_s - sec) * 1e9), 999_999_999))
 
 
 def capsule_info(capsule: Any) -> CapsuleInfo:
-    """Metadata of a runtime capsule (Capsule or CapsuleSummary) as a CapsuleInfo message."""
+    """Metadata of a runtime capsule (Capsule or CapsuleSummary) as a CapsuleInfo message
+    (ranges checked)."""
     return CapsuleInfo(
         name=str(capsule.name),
         session=str(capsule.session),
-        position=int(capsule.position),
-        boundary_id=int(capsule.boundary_id),
-        bytes=int(capsule.nbytes),
+        position=checked_int(capsule.position, INT64, "capsule position"),
+        boundary_id=checked_int(capsule.boundary_id, INT64, "capsule boundary_id"),
+        bytes=checked_int(capsule.nbytes, UINT64, "capsule bytes"),
         tier=str(capsule.tier),
         pinned=bool(capsule.pinned),
         fingerprint=str(capsule.fingerprint or ""),
@@ -55,6 +81,17 @@ def fill_error(response: Any, exc: BaseException, logger: Any | None = None) -> 
     return response
 
 
+def sendable(response: Any, logger: Any | None = None) -> Any:
+    """``response`` if it serializes; else a fresh response of its type carrying INTERNAL."""
+    try:
+        serialize_message(response)
+        return response
+    except Exception as exc:  # noqa: BLE001 - whatever made it unsendable, the client gets an answer
+        fresh = type(response)()
+        return fill_error(fresh, RuntimeError(f"the response could not be serialized ({type(exc).__name__}: "
+                                              f"{str(exc)[:200]})"), logger)
+
+
 def fill_ok(response: Any, message: str = "ok") -> Any:
     response.success = True
     if hasattr(response, "error_code"):
@@ -67,12 +104,18 @@ def engine_status(status: Mapping[str, Any], lifecycle_state: str, stamp: Time) 
     """The engine's status() dict as an EngineStatus message (unknown keys ignored)."""
     msg = EngineStatus(stamp=stamp, lifecycle_state=lifecycle_state)
     for field, cast in (("engine_kind", str), ("model", str), ("device", str), ("session", str),
-                        ("busy", bool), ("position", int), ("boundary_id", int),
-                        ("capsule_count", int), ("arena_bytes", int), ("live_bytes", int),
-                        ("device_bytes", int), ("host_bytes", int), ("disk_bytes", int),
-                        ("step_p50_ms", float), ("step_p99_ms", float),
-                        ("inputs_state", str), ("inputs_detail", str), ("policy_steps", int),
-                        ("deadline_misses", int)):
+                        ("busy", bool), ("step_p50_ms", float), ("step_p99_ms", float),
+                        ("inputs_state", str), ("inputs_detail", str)):
         if status.get(field) is not None:
             setattr(msg, field, cast(status[field]))
+    for field in ("position", "boundary_id", "capsule_count", "arena_bytes", "live_bytes",
+                  "device_bytes", "host_bytes", "disk_bytes", "policy_steps", "deadline_misses"):
+        if status.get(field) is not None:
+            setattr(msg, field, checked_int(status[field], _field_bounds(msg, field), f"status {field}"))
     return msg
+
+
+def _field_bounds(msg: Any, field: str) -> tuple[int, int]:
+    """The integer range of ``msg.field`` from its ROS type (int32/int64/uint32/uint64)."""
+    kind = msg.get_fields_and_field_types().get(field, "")
+    return {"int32": INT32, "int64": INT64, "uint32": (0, (1 << 32) - 1), "uint64": UINT64}[kind]

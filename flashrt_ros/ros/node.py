@@ -14,11 +14,14 @@ Transitions (ros2/demos lifecycle_py style):
 Services (always advertised; NOT_ACTIVE unless active), under ~/ (default
 /flashrt/...): snapshot restore fork rollback drop list save load verify pin
 unpin, plus std_srvs/Trigger reset, pause, resume. Each calls the engine's
-capsule surface (``engine.capsules``, runtime/capsule_verbs.py) at a committed
-boundary (between two steps), then answers; a request that waits longer than
-``boundary_timeout_s`` for a boundary answers TIMEOUT and changes nothing. No
-exception ever crosses a service: the response carries success/error_code/message,
-and the node keeps running.
+capsule surface (``engine.capsules``, runtime/capsule_verbs.py). Those that
+touch the live state are executed at a committed boundary (between two steps),
+then answered; a request that waits longer than ``boundary_timeout_s`` for a
+boundary answers TIMEOUT and changes nothing. The store-only ones (fork, drop,
+list, save, load, pin, unpin, stored verify) never hold the engine. No exception
+ever crosses a service: the response carries success/error_code/message, every
+response is proven serializable before it is returned, and the executor loop
+(``spin_until_shutdown``) survives any exception, so the node keeps running.
 
 Executors and threads: a MultiThreadedExecutor with separate callback groups
 for the state services (reentrant: several clients at once), the generate
@@ -52,7 +55,8 @@ from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary, tier_bytes
 from flashrt_ros.ros.parameters import PARAMS, NodeConfig, check_value, descriptor
 from flashrt_ros.ros.robot_io_params import declare_robot_io_parameters, read_robot_io_config
-from flashrt_ros.runtime.disk import tensor_path
+from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
+from flashrt_ros.runtime.disk import capsule_path
 from flashrt_ros.runtime.errors import ErrorCode, FlashRTError, InvalidArgument, NotActive
 from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save, Snapshot,
                              Unpin, Verify)
@@ -82,7 +86,7 @@ class FlashRTNode(LifecycleNode):
         self._generate_server = ActionServer(
             self, Generate, "~/generate", execute_callback=self._execute_generate,
             goal_callback=self._accept_goal, cancel_callback=lambda _g: CancelResponse.ACCEPT,
-            callback_group=self._action_group)
+            feedback_pub_qos_profile=FEEDBACK_QOS, callback_group=self._action_group)
         from flashrt_ros.ros.policy_action import PolicyActionServer
         self._run_policy_server = PolicyActionServer(self, self._action_group,
                                                      lambda: self._policy_io, lambda: self._engine)
@@ -210,13 +214,16 @@ class FlashRTNode(LifecycleNode):
             (Trigger, "reset", self._do_reset), (Trigger, "pause", self._do_pause),
             (Trigger, "resume", self._do_resume),
         ]
+        # Verbs that only touch the capsule store (and the disk) do not hold the engine: the
+        # store has its own lock, and a slow disk must not stall generation.
+        store_only = {"fork", "drop", "list", "save", "load", "verify", "pin", "unpin"}
         self._state_services = [
-            self.create_service(srv, f"~/{name}", self._serve(name, handler),
-                                callback_group=self._state_group)
+            self.create_service(srv, f"~/{name}", self._serve(name, handler, name not in store_only),
+                                qos_profile=SERVICE_QOS, callback_group=self._state_group)
             for srv, name, handler in table]
 
-    def _serve(self, verb: str, handler: Callable[[Any, Any, Any], None]) -> Callable:
-        """Wrap a handler: lifecycle gate, boundary execution, errors as values."""
+    def _serve(self, verb: str, handler: Callable[[Any, Any, Any], None], at_boundary_only: bool) -> Callable:
+        """Wrap a handler: lifecycle gate, boundary execution (engine verbs), errors as values."""
         def callback(request: Any, response: Any) -> Any:
             try:
                 capsules = self._require_active().capsules
@@ -229,14 +236,18 @@ class FlashRTNode(LifecycleNode):
                     finally:
                         timing["ms"] = (time.perf_counter() - t0) * 1e3
 
-                capsules.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
+                if at_boundary_only:
+                    capsules.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
+                else:
+                    at_boundary()     # the capsule surface takes the boundary itself where it needs one
                 conv.fill_ok(response, response.message or "ok")
                 if hasattr(response, "engine_latency_ms"):
                     response.engine_latency_ms = timing.get("ms", 0.0)
             except Exception as exc:   # noqa: BLE001 - the boundary of the node
                 conv.fill_error(response, exc, self.get_logger())
+            response = conv.sendable(response, self.get_logger())
             if not response.success:
-                self.get_logger().warning(f"{verb}: {response.message}")
+                self.get_logger().warning(f"{verb}: {response.message[:500]}")
             return response
         return callback
 
@@ -289,7 +300,7 @@ class FlashRTNode(LifecycleNode):
 
     def _do_save(self, capsules: Any, req: Any, resp: Any) -> None:
         capsule = capsules.save(req.name)
-        path = tensor_path(capsules.store.directory, capsule.name)
+        path = capsule_path(capsules.store.directory, capsule.name)
         resp.capsule, resp.path = conv.capsule_info(capsule), str(path)
         resp.message = f"saved {capsule.name} to {path}"
 
@@ -304,7 +315,8 @@ class FlashRTNode(LifecycleNode):
         resp.intact = bool(stored.ok)
         resp.matches_live = bool(live.ok) if live is not None else False
         resp.differing_buffers = list((live or stored).mismatched)
-        resp.message = (f"{req.name}: {'intact' if resp.intact else 'CORRUPT'}"
+        state = "intact" if resp.intact else ("unverified" if not stored.verified else "CORRUPT")
+        resp.message = (f"{req.name}: {state}"
                         + (f", {'matches' if resp.matches_live else 'differs from'} live state"
                            if req.against_live else ""))
 
@@ -351,7 +363,7 @@ class FlashRTNode(LifecycleNode):
             result.stop_reason = "error"
             return result
         try:
-            return self._run_generation(goal_handle, result)
+            return conv.sendable(self._run_generation(goal_handle, result), self.get_logger())
         finally:
             self._generation_lock.release()
 
@@ -370,6 +382,12 @@ class FlashRTNode(LifecycleNode):
         try:
             if engine is None or not self._active:
                 raise NotActive("node is not active")
+            # Every check that can refuse the goal runs before the session switch or reset writes.
+            sampling = SamplingParams(temperature=float(goal.temperature), top_k=int(goal.top_k),
+                                      top_p=1.0 if goal.top_p == 0.0 else float(goal.top_p),
+                                      seed=int(goal.seed) if goal.seed else None)
+            if goal.reset and not goal.prompt:
+                raise InvalidArgument("reset with an empty prompt: there would be nothing to continue from")
             if goal.session:
                 engine.capsules.switch_session(goal.session, timeout=self._config.boundary_timeout_s)
             if self.get_parameter("rollback_on_cancel").value:     # after the switch: this session's start
@@ -377,9 +395,6 @@ class FlashRTNode(LifecycleNode):
                 capsule = GoalCapsule(engine, self._config.default_tier)
             if goal.reset:
                 engine.capsules.reset(timeout=self._config.boundary_timeout_s)
-            sampling = SamplingParams(temperature=float(goal.temperature), top_k=int(goal.top_k),
-                                      top_p=float(goal.top_p) if goal.top_p > 0 else 1.0,
-                                      seed=int(goal.seed) if goal.seed else None)
             default_tokens = int(self.get_parameter("max_new_tokens").value)     # applied live
             outcome = engine.generate(
                 goal.prompt, max_new_tokens=int(goal.max_new_tokens or default_tokens), sampling=sampling,
@@ -400,8 +415,14 @@ class FlashRTNode(LifecycleNode):
             result.stop_reason = "error"
             goal_handle.abort()
             return result
-        conv.fill_ok(result, f"{len(outcome.token_ids)} tokens, stop: {outcome.stop_reason}"
-                     + (", rolled back to the goal's start (rollback_on_cancel)" if rolled_back else ""))
+        stopped_by_node = outcome.stop_reason == "cancelled" and not goal_handle.is_cancel_requested \
+            and not self._active
+        if stopped_by_node:
+            conv.fill_error(result, FlashRTError("generation stopped: the node was deactivated",
+                                                 ErrorCode.CANCELLED))
+        else:
+            conv.fill_ok(result, f"{len(outcome.token_ids)} tokens, stop: {outcome.stop_reason}"
+                         + (", rolled back to the goal's start (rollback_on_cancel)" if rolled_back else ""))
         result.text = outcome.text
         result.token_ids = [int(t) for t in outcome.token_ids]
         result.stop_reason = outcome.stop_reason
@@ -410,6 +431,8 @@ class FlashRTNode(LifecycleNode):
         result.tokens_per_second = float(outcome.timings.get("decode_tokens_per_s", 0.0))
         if outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested:
             goal_handle.canceled()
+        elif stopped_by_node:
+            goal_handle.abort()
         else:
             goal_handle.succeed()
         return result
@@ -451,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     if node.get_parameter("autostart").value:
         threading.Thread(target=_autostart, args=(node,), daemon=True).start()
     try:
-        executor.spin()
+        spin_until_shutdown(executor, node.get_logger())
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
@@ -467,6 +490,24 @@ def _transcript_length(engine: Any) -> int:
     """Tokens in the live transcript (consumed plus a pending one), e.g. after a rollback."""
     status = engine.status()
     return int(status["position"]) + int(status["has_pending"])
+
+
+def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any) -> None:
+    """``executor.spin()`` that outlives any exception a callback lets escape.
+
+    rclpy re-raises a callback's exception from ``spin_once`` and ``spin()``
+    would end with it, taking the node down; here it is logged and spinning
+    goes on. Service callbacks never let one escape (errors become responses,
+    and ``conversions.sendable`` replaces an unserializable response with an
+    INTERNAL one), so this is the last line of defence, e.g. for timers.
+    """
+    while rclpy.ok():
+        try:
+            executor.spin_once(timeout_sec=0.5)
+        except ExternalShutdownException:
+            return
+        except Exception as exc:  # noqa: BLE001 - the node must keep serving
+            logger.error(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}; the node keeps serving")
 
 
 def _autostart(node: FlashRTNode) -> None:

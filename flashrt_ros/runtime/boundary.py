@@ -22,9 +22,13 @@ Contract
   when it expires is withdrawn (``fn`` never runs) and ``FlashRTError`` with
   ``code=TIMEOUT`` is raised. Once ``fn`` has started it is allowed to finish,
   and its outcome is returned: a caller never sees TIMEOUT for work that ran.
-* Re-entrancy: calling ``run_at_boundary`` from the thread that currently owns
-  the state (the engine inside a step, or inside a running ``fn``) runs ``fn``
-  directly instead of deadlocking.
+* The engine's own thread (its callbacks): called from *inside a step* (an
+  ``on_token`` callback, which runs before the step commits) ``run_at_boundary``
+  raises ``Busy`` at once and ``fn`` never runs: running it there would write
+  state the step then commits on top of, and waiting would wait on itself.
+  Called from the engine thread *between* steps (a ``should_stop`` poll during
+  a generation, or from inside a running ``fn``), the state is committed and
+  nothing is in flight, so ``fn`` runs directly, at once.
 * ``fn`` must be short (it delays the engine) and must not wait on the engine.
 """
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TypeVar
 
-from flashrt_ros.runtime.errors import ErrorCode, FlashRTError
+from flashrt_ros.runtime.errors import Busy, ErrorCode, FlashRTError
 
 T = TypeVar("T")
 
@@ -56,22 +60,28 @@ class BoundaryGate:
     def __init__(self) -> None:
         self._cv = threading.Condition(threading.Lock())
         self._queue: deque[_Request] = deque()
-        self._owner: str | None = None          # None | "engine" | "caller"
+        self._owner: str | None = None          # None | "step" | "drain" | "caller"
         self._owner_thread: int | None = None
         self._generating = 0
+        self._generation_threads: dict[int, int] = {}   # engine threads inside generation(): depth
         self.boundaries = 0                     # committed steps seen (for tests and metrics)
 
     # --- engine side --------------------------------------------------------
     @contextmanager
     def generation(self) -> Iterator[None]:
         """Marks a multi-step generation: requests queue up for the next boundary meanwhile."""
+        me = threading.get_ident()
         with self._cv:
             self._generating += 1
+            self._generation_threads[me] = self._generation_threads.get(me, 0) + 1
         try:
             yield
         finally:
             with self._cv:
                 self._generating -= 1
+                depth = self._generation_threads.pop(me) - 1
+                if depth:
+                    self._generation_threads[me] = depth
             self.drain()
 
     @contextmanager
@@ -85,7 +95,7 @@ class BoundaryGate:
                 nested = False
                 while self._owner is not None:
                     self._cv.wait()
-                self._owner, self._owner_thread = "engine", me
+                self._owner, self._owner_thread = "step", me
         if nested:
             yield
             return
@@ -108,7 +118,7 @@ class BoundaryGate:
             if not nested:
                 while self._owner is not None:
                     self._cv.wait()
-                self._owner, self._owner_thread = "engine", me
+                self._owner, self._owner_thread = "drain", me
         served = 0
         try:
             while True:
@@ -135,12 +145,20 @@ class BoundaryGate:
         me = threading.get_ident()
         with self._cv:
             if self._owner_thread == me:
+                if self._owner == "step":
+                    raise Busy("a state verb was called from inside an engine step (an on_token "
+                               "callback?); it would run mid-step: call it from should_stop or "
+                               "another thread, where it runs at the next committed boundary")
                 direct, req = True, None
+            elif self._owner is None and me in self._generation_threads:
+                # the engine thread between two steps (should_stop): committed and quiescent
+                self._owner, self._owner_thread = "caller", me
+                direct, req = False, None
             else:
                 direct, req = False, None
                 deadline = None if timeout is None else _now() + timeout
                 while True:
-                    if self._owner == "engine" or self._generating:
+                    if self._owner in ("step", "drain") or self._generating:
                         req = _Request(fn)
                         self._queue.append(req)
                         break

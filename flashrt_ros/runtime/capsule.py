@@ -1,12 +1,13 @@
 """A capsule: the live bytes of every arena buffer at one committed boundary, plus metadata.
 
-Why hashes are lazy: hashing needs the bytes on the host. On a GPU that means
-a device-to-host copy and a sync, which would turn a sub-millisecond snapshot
-into a many-millisecond one. So a device-tier snapshot records no hashes
-(``hashed`` is False); they are computed from the stored bytes the first time
-anything needs them (verify, save, demotion to host/disk) and kept from then on.
-A corruption of device memory before that first hash cannot be detected; one
-after it can.
+When hashes are taken: the store hashes every capsule when it is taken
+(``CapsuleStore(hash_at_snapshot=...)``, on by default except on CUDA). Hashing
+needs the bytes on the host; on a GPU that is a device-to-host copy and a sync,
+which would turn a sub-millisecond snapshot into a many-millisecond one, so a
+CUDA device-tier snapshot records no hashes by default (``hashed`` is False).
+Verifying such a capsule reports "unverified" (``ok`` False, ``verified``
+False) and records the hashes then; later verifies compare against them, and
+``restore(verify=True)`` refuses a capsule that has none.
 """
 from __future__ import annotations
 
@@ -145,4 +146,5 @@ class VerifyReport:
     checked: tuple[str, ...]
     mismatched: tuple[str, ...]
     hashed_now: bool = False   # hashes were first recorded by this call (nothing older to compare)
+    verified: bool = True      # False: there was nothing to compare against ("unverified", ok is False)
     detail: str = ""

@@ -232,7 +232,7 @@ class BoundCopies:
 
 
 #: Segments at least this large get their own ``copy_`` (a device memcpy at full bandwidth);
-#: smaller ones share one ``_foreach_copy_`` launch (benchmarks/bench_segment_copies.py
+#: smaller ones share one ``_foreach_copy_`` launch (benchmarks/kernel_segment_copies.py
 #: compares the two on the GPU).
 LARGE_SEGMENT_BYTES = 1 << 20
 

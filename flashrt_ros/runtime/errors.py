@@ -27,7 +27,8 @@ class ErrorCode(IntEnum):
     CONTEXT_OVERFLOW = 12
     TIMEOUT = 13
     PINNED = 14
-    # 15 was CANCELLED, never emitted (a cancelled goal reports stop_reason "cancelled"); not reused
+    CANCELLED = 15      # the node stopped the work (a goal ended by deactivate); a client's own
+                        # cancel reports stop_reason "cancelled" with success
     INTERNAL = 99
 
 

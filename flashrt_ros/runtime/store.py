@@ -21,14 +21,23 @@ Rules the store keeps:
   CUDA); restoring from disk promotes the capsule to the host tier when it fits,
   else reads it through a transient buffer. Every disk read verifies hashes.
 * Fingerprint and layout are checked on restore and load.
+* The disk tier (see ``disk``): one file per capsule, replaced atomically, so a
+  crash at any point of a save leaves the old or the new capsule loadable. At
+  start the store removes orphaned temp files of killed saves and indexes the
+  directory's capsule files (header and manifest checked, bytes verified on
+  first read), so names persist across restarts: a name is taken while the
+  store holds a capsule of that name *or* the directory holds its file (files
+  of another model or damaged ones too). Overwriting a name that has a file
+  writes the new capsule there as well (see ``_snapshot``). Loading reads and
+  verifies the file without holding the store lock.
 * A restore (or anything else that writes the arena from outside the engine)
   invalidates the rollback ring's append-only shortcut and seeds the ring with
   the restored state, so ``rollback(k)`` after a restore goes back to it.
 * All methods are thread-safe under one RLock (``store.lock``). Methods that
   touch the arena (snapshot, restore, rollback, verify against live) must also
   run at an engine boundary: call them through ``BoundaryGate.run_at_boundary``.
-* On CUDA everything is ordered on the current stream; device-tier snapshots
-  do not hash (no host sync); hashes are taken on first need (see ``capsule``).
+* Hashes are taken at snapshot time (``hash_at_snapshot``; by default off only
+  for a CUDA arena, where it would cost a host sync: see ``capsule``).
 """
 from __future__ import annotations
 
@@ -45,7 +54,7 @@ from flashrt_ros.runtime.arena import BOUNDARY, POSITION, StateArena
 from flashrt_ros.runtime.capsule import TIER_NAMES, Capsule, CapsuleSummary, VerifyReport
 from flashrt_ros.runtime.copyplan import BoundCopies, CopyPlan, gather
 from flashrt_ros.runtime.errors import (AlreadyExists, BudgetExhausted, CapsuleNotFound, CorruptCapsule,
-                                        FingerprintMismatch, InvalidArgument, LayoutMismatch,
+                                        FingerprintMismatch, FlashRTError, InvalidArgument, LayoutMismatch,
                                         PinnedCapsule)
 from flashrt_ros.runtime.names import validate_capsule_name
 from flashrt_ros.runtime.rollback import RollbackRing
@@ -60,7 +69,8 @@ class CapsuleStore:
 
     def __init__(self, arena: StateArena, fingerprint: str, *, device_budget_bytes: int,
                  host_budget_bytes: int, disk_budget_bytes: int, directory: Path | str | None = None,
-                 rollback_depth: int = 8, default_tier: str = "device") -> None:
+                 rollback_depth: int = 8, default_tier: str = "device",
+                 hash_at_snapshot: bool | None = None) -> None:
         for required in (POSITION, BOUNDARY):
             if required not in arena:
                 raise InvalidArgument(f"arena lacks {required}; declare core_meta_specs()")
@@ -80,6 +90,12 @@ class CapsuleStore:
         self.ring = RollbackRing(arena, rollback_depth)
         self._live_names = [s.name for s in arena.specs if s.live_axis is not None]
         self._plans: OrderedDict[tuple, CopyPlan] = OrderedDict()   # by extents; plans are immutable
+        # Hashing needs the bytes on the host: free on a CPU arena, a sync on CUDA (see ``capsule``).
+        self.hash_at_snapshot = arena.device.type != "cuda" if hash_at_snapshot is None else hash_at_snapshot
+        self._unowned: dict[str, str] = {}     # files in the directory this store does not index, and why
+        self._orphans_removed = (0, 0)
+        if self.directory is not None:
+            self._index_directory()
 
     @property
     def directory(self) -> Path | None:
@@ -89,8 +105,8 @@ class CapsuleStore:
     def snapshot(self, name: str, *, session: str = "default", tier: str | None = None,
                  pinned: bool = False, overwrite: bool = False) -> Capsule:
         """Copy every buffer's live extent into a new capsule ``name``."""
-        return self._snapshot(validate_capsule_name(name), session=session, tier=tier,
-                              pinned=pinned, overwrite=overwrite)
+        return self._snapshot(validate_capsule_name(name), session=validate_capsule_name(session, what="session name"),
+                              tier=tier, pinned=pinned, overwrite=overwrite)
 
     def restore(self, name: str, *, verify: bool = False, groups: Collection[str] | None = None) -> Capsule:
         """Copy capsule ``name`` back into the arena (only buffers of ``groups`` if given)."""
@@ -104,6 +120,7 @@ class CapsuleStore:
             src = self._get(source)
             if new_name in self._capsules:
                 raise AlreadyExists(f"capsule {new_name!r} already exists")
+            self._check_no_file(new_name, overwrite=False)
             tier = tier or src.tier
             _check_tier(tier)
             self._require_disk(tier)
@@ -160,42 +177,49 @@ class CapsuleStore:
             self._require_disk("disk")
             if c.on_disk:
                 return c
+            if disk.capsule_path(self.directory, c.name).exists():
+                raise AlreadyExists(f"a file {c.name}{disk.SUFFIX} that this store did not write is in "
+                                    f"{self.directory}; drop or rename the capsule, or delete the file")
             if not self.disk_tier.fits(c.nbytes):
                 raise BudgetExhausted(self._no_room_message("disk", c.nbytes))
             self._write(c)
             return c
 
     def load(self, name: str, *, tier: str | None = None, overwrite: bool = False) -> Capsule:
-        """Index (and verify) a disk capsule written by any process; ``tier`` None: host if it fits."""
+        """Read, verify and index a capsule file written by any process; ``tier`` None: host if it fits.
+
+        The file is read and verified without holding the store lock, so other
+        verbs go on meanwhile. A name the store indexed from the directory (a
+        disk-only capsule of this very file) loads without ``overwrite``.
+        """
         validate_capsule_name(name)
+        if tier is not None:
+            _check_tier(tier)
         with self.lock:
             self._require_disk("disk")
+            self._check_load_allowed(name, self._capsules.get(name), None, overwrite)
+        try:
+            manifest, plan, staging = disk.load_capsule(self.directory, name, self.arena, self.fingerprint,
+                                                        allocate=self.host_tier.allocate)
+        except (CorruptCapsule, FingerprintMismatch, LayoutMismatch) as exc:
+            self._forget_bad_file(name, exc)
+            raise
+        with self.lock:
             old = self._capsules.get(name)
-            if old is not None and not overwrite:
-                raise AlreadyExists(f"capsule {name!r} is already in the store")
-            if old is not None and old.pinned:
-                raise PinnedCapsule(f"capsule {name!r} is pinned; unpin it before overwriting")
-            manifest = disk.read_manifest(self.directory, name)
-            plan = disk.check_manifest(manifest, self.arena, self.fingerprint)
+            self._check_load_allowed(name, old, manifest["content_hash"], overwrite)
             nbytes = plan.nbytes
-            freed = old if old is not None else None
-            if not self._fits_after_freeing("disk", nbytes, freed):
+            if not self._fits_after_freeing("disk", nbytes, old):
                 raise BudgetExhausted(self._no_room_message("disk", nbytes))
             if tier is None:
-                tier = "host" if self._plan_room("host", nbytes, freed=freed) is not None else "disk"
-            _check_tier(tier)
-            moves = self._plan_room(tier, nbytes, freed=freed) if tier != "disk" else []
+                tier = "host" if self._plan_room("host", nbytes, freed=old) is not None else "disk"
+            moves = self._plan_room(tier, nbytes, freed=old) if tier != "disk" else []
             if moves is None:
                 raise BudgetExhausted(self._no_room_message(tier, nbytes))
-            staging = self._allocate_host_staging(nbytes, tier)
-            disk.load_tensors(self.directory, manifest, plan, staging)
             self._apply(moves)
-            new = Capsule(name, manifest["session"], manifest["position"], manifest["boundary_id"],
-                          float(manifest["created_at"]), nbytes, manifest["fingerprint"], manifest["layout_key"],
-                          dict(manifest["extents"]), tier, False, dict(manifest["buffer_hashes"]),
-                          manifest["content_hash"], plan=plan, on_disk=True)
+            new = self._capsule_from_manifest(manifest, plan, tier)
             if old is not None:
                 self._discard(old, delete_files=False)
+            self._unowned.pop(name, None)
             self.disk_tier.charge(nbytes)
             if tier == "host":
                 self.host_tier.charge(nbytes)
@@ -204,6 +228,25 @@ class CapsuleStore:
                 self._place(new, staging, "device")
             self._capsules[name] = new
             return new
+
+    def _forget_bad_file(self, name: str, exc: FlashRTError) -> None:
+        """A file indexed at start (header only) turned out unusable: unindex it, keep its name taken."""
+        with self.lock:
+            c = self._capsules.get(name)
+            if c is not None and c.on_disk and not c.resident and not c.pinned:
+                self._discard(c, delete_files=False)
+                self._unowned[name] = f"{exc.code.name}: {exc}"
+
+    def _check_load_allowed(self, name: str, old: Capsule | None, content: str | None, overwrite: bool) -> None:
+        if old is None:
+            return
+        indexed_file = old.on_disk and not old.resident and content in (None, old.content_hash)
+        if indexed_file and not old.pinned:
+            return
+        if not overwrite:
+            raise AlreadyExists(f"capsule {name!r} is already in the store")
+        if old.pinned:
+            raise PinnedCapsule(f"capsule {name!r} is pinned; unpin it before overwriting")
 
     def move(self, name: str, tier: str) -> Capsule:
         """Move capsule ``name`` to ``tier`` (demoting others as needed; pinned ones too may be moved)."""
@@ -233,6 +276,11 @@ class CapsuleStore:
                 out[tname] = {"bytes": t.used, "budget": t.budget, "count": len(in_tier)}
             out["disk"]["enabled"] = self.disk_tier.enabled
             out["disk"]["persisted"] = sum(c.on_disk for c in self._capsules.values())
+            out["disk"]["unowned_files"] = len(self._unowned)
+            out["disk"]["orphans_removed"], out["disk"]["orphan_bytes_removed"] = self._orphans_removed
+            temps = disk.temp_files(self.directory) if self.disk_tier.enabled else []
+            out["disk"]["temp_files"] = len(temps)
+            out["disk"]["temp_bytes"] = sum(t.nbytes for t in temps)
             out["capsules"] = len(self._capsules)
             out["hidden"] = sum(c.hidden for c in self._capsules.values())
             out["pinned"] = sum(c.pinned for c in self._capsules.values())
@@ -247,6 +295,9 @@ class CapsuleStore:
     # --- internal verbs (also used by sessions, with hidden names) -----------------
     def _snapshot(self, name: str, *, session: str, tier: str | None, pinned: bool,
                   overwrite: bool, hidden: bool = False) -> Capsule:
+        """See ``snapshot``. Overwriting a name that has a file on disk (a saved capsule, or a
+        file this store does not use) writes the new capsule to disk as well, replacing the file
+        atomically: a saved name stays saved, now with the new content, and never loses its file."""
         tier = tier or self.default_tier
         _check_tier(tier)
         with self.lock:
@@ -255,16 +306,20 @@ class CapsuleStore:
                 raise AlreadyExists(f"capsule {name!r} already exists (pass overwrite=True to replace it)")
             if old is not None and old.pinned:
                 raise PinnedCapsule(f"capsule {name!r} is pinned; unpin it before overwriting")
+            self._check_no_file(name, overwrite)
             self._require_disk(tier)
             position, boundary, extents = self._read_meta()
             plan = self._plan_for(extents)
+            persist = tier != "disk" and ((old is not None and old.on_disk) or name in self._unowned)
+            if persist and not self._fits_after_freeing("disk", plan.nbytes, old):
+                raise BudgetExhausted(self._no_room_message("disk", plan.nbytes))
             moves = self._plan_room(tier, plan.nbytes, freed=old)
             if moves is None:
                 raise BudgetExhausted(self._no_room_message(tier, plan.nbytes))
-            self._apply(moves)
             capsule = Capsule(name, session, position, boundary, time.time(), plan.nbytes, self.fingerprint,
                               self._layout_key, extents, tier, pinned, plan=plan, hidden=hidden)
-            if tier == "disk":
+            if tier == "disk" or persist:
+                # Written first: a failed write leaves the old capsule and its file as they were.
                 staging = torch.empty(plan.nbytes, dtype=torch.uint8)
                 gather(self.arena, plan, staging)
                 capsule.attach(staging)
@@ -272,10 +327,8 @@ class CapsuleStore:
                 disk.write_capsule(self.directory, capsule, capsule.data)
                 capsule.attach(None)
                 capsule.on_disk = True
-                if old is not None:
-                    self._discard(old, delete_files=False)
-                self.disk_tier.charge(plan.nbytes)
-            else:
+            self._apply(moves)
+            if tier != "disk":
                 mem = self._tiers[tier]
                 if old is not None and old.resident and old.tier == tier and old.plan is plan:
                     # Overwriting a capsule of the same layout in the same tier (a behaviour
@@ -287,11 +340,16 @@ class CapsuleStore:
                     payload = mem.allocate(plan.nbytes)
                     bound = BoundCopies(self.arena, plan, payload)
                 bound.to_payload()
-                if old is not None:
-                    self._discard(old, delete_files=True)
                 mem.charge(plan.nbytes)
                 capsule.attach(payload)
                 capsule.bound = bound
+                if self.hash_at_snapshot:
+                    capsule.ensure_hashed()
+            if old is not None:
+                self._discard(old, delete_files=False)     # its file, if any, now holds the new capsule
+            if capsule.on_disk:
+                self.disk_tier.charge(plan.nbytes)
+                self._unowned.pop(name, None)
             self._capsules[name] = capsule
             return capsule
 
@@ -301,6 +359,9 @@ class CapsuleStore:
             self._check_compatible(c)
             names = self._names_of_groups(groups)
             if verify and c.resident:
+                if not c.hashed:
+                    raise InvalidArgument(f"capsule {name!r} has no recorded hashes to verify against "
+                                          "(hash_at_snapshot is off); verify it once, or restore without verify")
                 report = self._verify_stored(c)
                 if not report.ok:
                     raise CorruptCapsule(f"capsule {name!r} failed verification: {report.detail}")
@@ -334,9 +395,41 @@ class CapsuleStore:
             c = self._get(name)
             if c.pinned:
                 raise PinnedCapsule(f"capsule {name!r} is pinned; unpin it before dropping")
+            if c.on_disk and not delete_files:
+                self._unowned[name] = "kept on disk by drop(delete_files=False)"
             self._discard(c, delete_files=delete_files)
 
     # --- helpers ----------------------------------------------------------------
+    def _index_directory(self) -> None:
+        """Learn the directory's capsules (header and manifest checked; bytes on first read).
+
+        Orphaned temp files of killed saves are removed first. Files that fail
+        the checks (another model, damaged, ...) are not indexed but keep their
+        name taken, so nothing overwrites them without ``overwrite``.
+        """
+        self._orphans_removed = disk.remove_orphans(self.directory)
+        found = []
+        for name, manifest, plan, error in disk.scan(self.directory, self.arena, self.fingerprint):
+            if error is not None:
+                self._unowned[name] = f"{error.code.name}: {error}"
+            else:
+                found.append(self._capsule_from_manifest(manifest, plan, "disk"))
+        for c in sorted(found, key=lambda c: c.created_at):
+            self._capsules[c.name] = c
+            self.disk_tier.charge(c.nbytes)
+
+    def _capsule_from_manifest(self, manifest: dict[str, Any], plan: CopyPlan, tier: str) -> Capsule:
+        return Capsule(manifest["name"], manifest["session"], manifest["position"], manifest["boundary_id"],
+                       float(manifest["created_at"]), plan.nbytes, manifest["fingerprint"],
+                       manifest["layout_key"], dict(manifest["extents"]), tier, False,
+                       dict(manifest["buffer_hashes"]), manifest["content_hash"], plan=plan, on_disk=True)
+
+    def _check_no_file(self, name: str, overwrite: bool) -> None:
+        """A file the store does not index still takes its name (across restarts too)."""
+        if name in self._unowned and not overwrite:
+            raise AlreadyExists(f"capsule directory holds a file {name}{disk.SUFFIX} this store does not "
+                                f"use ({self._unowned[name][:200]}); pass overwrite to replace it")
+
     def _get(self, name: str) -> Capsule:
         try:
             return self._capsules[name]
@@ -486,16 +579,20 @@ class CapsuleStore:
         c.ensure_hashed(host)
         disk.write_capsule(self.directory, c, c.plan.views(host))
         c.on_disk = True
+        self._unowned.pop(c.name, None)
         self.disk_tier.charge(c.nbytes)
 
     def _read_disk(self, c: Capsule, into: torch.Tensor | None = None) -> torch.Tensor:
         """Read ``c``'s verified bytes from disk into ``into`` (CPU) or a transient CPU payload."""
-        manifest = disk.read_manifest(self.directory, c.name)
-        plan = disk.check_manifest(manifest, self.arena, self.fingerprint)
+        def allocate(nbytes: int) -> torch.Tensor:
+            if nbytes != c.nbytes:
+                raise CorruptCapsule(f"capsule {c.name!r}: the file on disk holds other content than indexed")
+            return torch.empty(nbytes, dtype=torch.uint8) if into is None else into
+
+        manifest, _, payload = disk.load_capsule(self.directory, c.name, self.arena, self.fingerprint,
+                                                 allocate=allocate)
         if manifest["content_hash"] != c.content_hash:
             raise CorruptCapsule(f"capsule {c.name!r}: the file on disk holds other content than indexed")
-        payload = torch.empty(plan.nbytes, dtype=torch.uint8) if into is None else into
-        disk.load_tensors(self.directory, manifest, plan, payload)
         return payload
 
     def _bytes_of(self, c: Capsule) -> torch.Tensor:
@@ -514,11 +611,6 @@ class CapsuleStore:
         payload.copy_(source)
         mem.charge(new.nbytes)
         new.attach(payload)
-
-    def _allocate_host_staging(self, nbytes: int, tier: str) -> torch.Tensor:
-        if tier == "host":
-            return self.host_tier.allocate(nbytes)
-        return torch.empty(nbytes, dtype=torch.uint8)
 
     def _release_resident(self, c: Capsule) -> None:
         if c.resident:
@@ -539,19 +631,22 @@ class CapsuleStore:
         names = tuple(p.name for p in c.plan.placements)
         if not c.resident:
             try:
-                manifest = disk.read_manifest(self.directory, c.name)
-                plan = disk.check_manifest(manifest, self.arena, self.fingerprint)
-                payload = torch.empty(plan.nbytes, dtype=torch.uint8)
-                bad = disk.read_tensors(self.directory, manifest, plan, payload)
-            except CorruptCapsule as exc:
+                with disk.open_capsule(self.directory, c.name) as f:
+                    plan = disk.check_manifest(f.manifest, self.arena, self.fingerprint)
+                    if f.manifest["content_hash"] != c.content_hash:
+                        return VerifyReport(c.name, False, False, names, names, detail="file holds other content")
+                    payload = torch.empty(plan.nbytes, dtype=torch.uint8)
+                    bad = disk.read_tensors(f, plan, payload)
+                    if not bad:
+                        disk.check_payload_meta(f.manifest, self.arena, plan, payload)
+            except FlashRTError as exc:
                 return VerifyReport(c.name, False, False, names, names, detail=str(exc))
-            if manifest["content_hash"] != c.content_hash:
-                return VerifyReport(c.name, False, False, names, names, detail="file holds other content")
             return VerifyReport(c.name, not bad, False, names, tuple(bad),
                                 detail="" if not bad else f"hash mismatch in {bad}")
         if c.ensure_hashed():
-            return VerifyReport(c.name, True, False, names, (), hashed_now=True,
-                                detail="hashes recorded now; no earlier hash to compare")
+            return VerifyReport(c.name, False, False, names, (), hashed_now=True, verified=False,
+                                detail="unverified: no hash was recorded at snapshot time (hash_at_snapshot "
+                                       "off); hashes recorded now, later verifies compare against them")
         now = c.compute_hashes()
         bad = tuple(n for n in names if now[n] != c.buffer_hashes[n])
         return VerifyReport(c.name, not bad, False, names, bad,

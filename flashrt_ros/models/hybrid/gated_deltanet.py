@@ -18,6 +18,7 @@ from torch import nn
 from flashrt_ros.models.hybrid.config import HybridConfig
 from flashrt_ros.models.hybrid.norms import GatedRMSNorm
 from flashrt_ros.ops import causal_conv1d_with_state, chunk_gated_delta_rule
+from flashrt_ros.ops.causal_conv import causal_conv1d_sections
 from flashrt_ros.ops.gated_delta import gated_delta_decode, gdn_gates
 from flashrt_ros.ops.linear import Linear
 from flashrt_ros.runtime.arena import StateArena
@@ -45,14 +46,15 @@ class GatedDeltaNet(nn.Module):
         t = x.shape[0]
         mixed, z, b, a = self.in_proj(x).split(
             [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads], dim=-1)
-        mixed = causal_conv1d_with_state(mixed, arena[self.conv_name], self.conv_weight)
         state = arena[self.recurrent_name]
         if t == 1:
+            mixed = causal_conv1d_with_state(mixed, arena[self.conv_name], self.conv_weight)
             out = gated_delta_decode(mixed[0], z[0], b[0], a[0], self.A_log, self.dt_bias, state,
                                      self.norm.weight, self.norm.eps, self.num_k_heads, self.head_k_dim,
                                      self.head_v_dim)
             return self.out_proj(out.reshape(1, self.value_dim))
-        q, k, v = mixed.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q, k, v = causal_conv1d_sections(mixed, arena[self.conv_name], self.conv_weight,
+                                         (self.key_dim, self.key_dim, self.value_dim))
         q = q.reshape(t, self.num_k_heads, self.head_k_dim)   # each key head serves Hv/Hk value heads
         k = k.reshape(t, self.num_k_heads, self.head_k_dim)
         v = v.reshape(t, self.num_v_heads, self.head_v_dim)

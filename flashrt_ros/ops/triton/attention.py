@@ -16,11 +16,17 @@ Grouped-query attention is native: query head ``h`` reads kv head
 ``h // (H // KV)``; the decode kernel stacks the heads of one group into a
 single query tile so each kv row is read once per group, not once per head.
 
-Prefill (T > 1) is a FlashAttention-2 style forward: one program per
-(query tile, head), an online softmax in base 2, the causal mask applied only
-on the blocks that cross the diagonal. Decode (T == 1) is split-KV
-("flash-decoding"): the live keys are cut into fixed slices handled in
-parallel, then a second kernel merges the partial softmaxes.
+Three forms, picked by the chunk length alone (so a graph fits every position):
+- long prefill chunks (T > ``_SHORT_MAX_QUERIES``): a FlashAttention-2 style
+  forward, one program per (query tile, head), an online softmax in base 2, the
+  causal mask applied only on the blocks that cross the diagonal;
+- short prefill chunks (a follow-up turn of 2..256 tokens after thousands of
+  cached ones): split-key, like decode. The flash form would run only
+  ``cdiv(T, 128) x H`` programs (8 for 64 tokens of the hybrid) over the whole
+  history, reading the KV at ~1 % of HBM bandwidth; here the grid is
+  (row tile, kv head, key slice), rows stacking a group's heads so each kv row
+  is read once per group, and a combine kernel merges the slices;
+- decode (T == 1): the same split-key kernels, the group's heads forming one tile.
 """
 from __future__ import annotations
 
@@ -35,12 +41,20 @@ from flashrt_ros.ops.triton import next_power_of_2
 _LOG2E = math.log2(math.e)
 _DECODE_TARGET_SPLITS = 64      # split slices per kv head at full cache (H200: 132 SMs)
 _COMBINE_CHUNK = 16             # partials merged per iteration of the combine loop
+_SHORT_MAX_QUERIES = 256        # prefill chunks up to this length take the split-key kernel
+_SHORT_MIN_SPLIT = 128          # keys per slice at least (partials cost bytes too)
+# (stacked query rows per program at most, programs at a full cache) by head dim: measured on an H200
+# in a CUDA graph (benchmarks/kernel_attention.py --short, 64-token turn at 2k and 16k): dim 256
+# (128, 132) 16 / 37 us per layer (905 GB/s of live KV at 16k; SDPA flash 22 / 48 us); dim 64
+# (64, 528) 9 / 19 us (SDPA 12 / 24 us).
+_SHORT_BLOCK_M = {True: 128, False: 64}            # keyed by head_dim >= 128
+_SHORT_TARGET_PROGRAMS = {True: 132, False: 528}
 
 
 def _prefill_config(head_dim: int, n_queries: int) -> tuple[int, int, int, int]:
     """``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` for a prefill; BLOCK_M shrinks for short prompts.
 
-    Picked on an H200 with benchmarks/bench_attention.py (2048-token chunk at
+    Picked on an H200 with benchmarks/kernel_attention.py (2048-token chunk at
     start 14336): dim 256 (128, 64, 8, 2) at 433 TFLOP/s, dim 64 (64, 64, 4, 3)
     at 238 TFLOP/s; both beat SDPA's flash kernel on the same keys there. Dim 128
     takes the dim-256 config (not measured).
@@ -67,12 +81,39 @@ def _decode_config(head_dim: int, max_context: int) -> tuple[int, int, int, int,
     return block_n, split, triton.cdiv(max_context, split), 4, 2
 
 
+def _short_config(head_dim: int, n_queries: int, group: int, n_kv: int,
+                  max_context: int) -> tuple[int, int, int, int, int, int]:
+    """``(BLOCK_M, BLOCK_N, SPLIT, NUM_SPLITS, num_warps, num_stages)`` of the split-key prefill.
+
+    Rows are ``T * group`` (a kv head's query heads stacked). The key slice
+    SPLIT is a power of two (>= ``_SHORT_MIN_SPLIT``, a multiple of BLOCK_N)
+    chosen from the cache size and the row tiles so that a full cache gives
+    about ``_SHORT_TARGET_PROGRAMS`` programs; it never depends on the position.
+    Stacking a whole GQA group's rows in one tile (128 rows for dim 256) reads
+    each kv row once per slice instead of once per tile.
+    """
+    rows = n_queries * group
+    wide = head_dim >= 128
+    block_m = min(_SHORT_BLOCK_M[wide], max(16, next_power_of_2(rows)))
+    block_n = 64
+    tiles = triton.cdiv(rows, block_m) * n_kv
+    wanted = max(1, _SHORT_TARGET_PROGRAMS[wide] // tiles)
+    split = max(_SHORT_MIN_SPLIT, next_power_of_2(triton.cdiv(max_context, wanted)))
+    num_warps, num_stages = (8, 2) if head_dim >= 128 else (4, 3)
+    return block_m, block_n, split, triton.cdiv(max_context, split), num_warps, num_stages
+
+
 @triton.jit
 def _softmax_step(acc, m_i, l_i, qk, v, DOT_PRECISION: tl.constexpr):
-    """Fold one key block (base-2 logits ``qk``, values ``v``) into the running softmax."""
+    """Fold one key block (base-2 logits ``qk``, values ``v``) into the running softmax.
+
+    A row that has seen only masked keys so far keeps ``m = -inf`` and zero
+    weight (the ``m_use`` guard avoids ``-inf - -inf``).
+    """
     m_new = tl.maximum(m_i, tl.max(qk, 1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(qk - m_new[:, None])
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(qk - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
     return acc, m_new, l_i
@@ -125,59 +166,69 @@ def _attention_prefill_kernel(
 
 
 @triton.jit
-def _attention_decode_split_kernel(
-        q_ptr, k_ptr, v_ptr, start_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, qk_scale,
-        stride_qh, stride_qd, stride_kt, stride_kh, stride_vt, stride_vh,
-        GROUP: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-        SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One (kv head, key slice): the group's heads attend keys ``[s*SPLIT, min((s+1)*SPLIT, start+1))``.
+def _attention_split_kernel(
+        q_ptr, k_ptr, v_ptr, start_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, n_queries, qk_scale,
+        stride_qt, stride_qh, stride_qd, stride_kt, stride_kh, stride_vt, stride_vh,
+        H: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One (row tile, kv head, key slice) of a short prefill chunk or a decode step.
 
-    Writes the unnormalised accumulator, row max (base 2) and row sum; a slice
-    past the live length exits at once and the combine kernel never reads it.
+    Row ``r`` is query ``t = r // GROUP`` of head ``kv * GROUP + r % GROUP`` at
+    position ``start + t``; the slice covers keys ``[s*SPLIT, (s+1)*SPLIT)`` up to
+    the tile's last position. Writes the unnormalised accumulator, row max
+    (base 2) and row sum per (query, head, slice); a slice wholly past the tile
+    exits at once, and the combine kernel reads only slices a row can see.
     """
-    group = tl.program_id(0)
-    split = tl.program_id(1)
-    live_len = tl.load(start_ptr).to(tl.int32) + 1
+    m0 = tl.program_id(0) * BLOCK_M
+    kv = tl.program_id(1)
+    split = tl.program_id(2)
+    start = tl.load(start_ptr).to(tl.int32)
+    t_last = tl.minimum((m0 + BLOCK_M - 1) // GROUP, n_queries - 1)
+    end = start + t_last + 1                       # keys the tile's last row can see
     lo = split * SPLIT
-    if lo >= live_len:
+    if lo >= end:
         return
-    hi = tl.minimum(lo + SPLIT, live_len)
-    g_rows = tl.arange(0, G_PAD)
-    heads = group * GROUP + g_rows
+    hi = tl.minimum(lo + SPLIT, end)
+    rows = m0 + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_queries * GROUP
+    t = rows // GROUP
+    head = kv * GROUP + rows % GROUP
     cols = tl.arange(0, D)
     keys = tl.arange(0, BLOCK_N)
-    q = tl.load(q_ptr + heads[:, None] * stride_qh + cols[None, :] * stride_qd,
-                mask=g_rows[:, None] < GROUP, other=0.0)
-    k_base = k_ptr + group * stride_kh + cols[None, :]
-    v_base = v_ptr + group * stride_vh + cols[None, :]
-    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
-    l_i = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([G_PAD, D], tl.float32)
+    q = tl.load(q_ptr + t[:, None] * stride_qt + head[:, None] * stride_qh + cols[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)
+    pos = start + t
+    k_base = k_ptr + kv * stride_kh + cols[None, :]
+    v_base = v_ptr + kv * stride_vh + cols[None, :]
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
     for n in range(lo, hi, BLOCK_N):
         key_pos = n + keys
         live = key_pos < hi
         k = tl.load(k_base + key_pos[:, None] * stride_kt, mask=live[:, None], other=0.0).to(q.dtype)
         v = tl.load(v_base + key_pos[:, None] * stride_vt, mask=live[:, None], other=0.0).to(q.dtype)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-        qk = tl.where(live[None, :], qk, float("-inf"))
+        qk = tl.where(key_pos[None, :] <= pos[:, None], qk, float("-inf"))
         acc, m_i, l_i = _softmax_step(acc, m_i, l_i, qk, v, DOT_PRECISION)
 
-    part = heads * NUM_SPLITS + split
-    in_group = g_rows < GROUP
-    tl.store(part_acc_ptr + part[:, None] * D + cols[None, :], acc, mask=in_group[:, None])
-    tl.store(part_max_ptr + part, m_i, mask=in_group)
-    tl.store(part_sum_ptr + part, l_i, mask=in_group)
+    part = (t * H + head) * NUM_SPLITS + split
+    tl.store(part_acc_ptr + part[:, None] * D + cols[None, :], acc, mask=row_ok[:, None])
+    tl.store(part_max_ptr + part, m_i, mask=row_ok)
+    tl.store(part_sum_ptr + part, l_i, mask=row_ok)
 
 
 @triton.jit
-def _attention_decode_combine_kernel(
-        part_acc_ptr, part_max_ptr, part_sum_ptr, start_ptr, o_ptr, stride_oh,
-        D: tl.constexpr, SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr,
+def _attention_combine_kernel(
+        part_acc_ptr, part_max_ptr, part_sum_ptr, start_ptr, o_ptr, stride_ot, stride_oh,
+        H: tl.constexpr, D: tl.constexpr, SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr,
         SPLITS_PAD: tl.constexpr, CHUNK: tl.constexpr):
-    """One head: merge the partial softmaxes of the live slices (log-sum-exp rescaling)."""
-    head = tl.program_id(0)
-    n_live = (tl.load(start_ptr).to(tl.int32) + SPLIT) // SPLIT      # cdiv(start + 1, SPLIT)
-    base = head * NUM_SPLITS
+    """One (query, head): merge the partial softmaxes of the slices it sees (log-sum-exp rescaling)."""
+    row = tl.program_id(0)                   # t * H + head
+    t = row // H
+    head = row % H
+    n_live = (tl.load(start_ptr).to(tl.int32) + t + SPLIT) // SPLIT     # cdiv(start + t + 1, SPLIT)
+    base = row * NUM_SPLITS
     slices = tl.arange(0, SPLITS_PAD)
     part_max = tl.load(part_max_ptr + base + slices, mask=slices < n_live, other=float("-inf"))
     part_sum = tl.load(part_sum_ptr + base + slices, mask=slices < n_live, other=0.0)
@@ -193,7 +244,7 @@ def _attention_decode_combine_kernel(
         part = tl.load(part_acc_ptr + (base + c + chunk)[:, None] * D + cols[None, :],
                        mask=live[:, None], other=0.0)
         acc += tl.sum(part * weight[:, None], 0)
-    tl.store(o_ptr + head * stride_oh + cols, (acc / total).to(o_ptr.dtype.element_ty))
+    tl.store(o_ptr + t * stride_ot + head * stride_oh + cols, (acc / total).to(o_ptr.dtype.element_ty))
 
 
 def static_kv_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -216,7 +267,7 @@ def static_kv_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     out = torch.empty((n_queries, n_heads, head_dim), dtype=q.dtype, device=q.device)
 
-    if n_queries > 1:
+    if n_queries > max(_SHORT_MAX_QUERIES, 1):
         block_m, block_n, num_warps, num_stages = _prefill_config(head_dim, n_queries)
         _attention_prefill_kernel[(triton.cdiv(n_queries, block_m), n_heads)](
             q, k_cache, v_cache, out, start, n_queries, qk_scale,
@@ -226,20 +277,25 @@ def static_kv_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
             num_warps=num_warps, num_stages=num_stages)
         return out
 
-    block_n, split, n_splits, num_warps, num_stages = _decode_config(head_dim, max_context)
-    part_acc = torch.empty((n_heads, n_splits, head_dim), dtype=torch.float32, device=q.device)
-    part_max = torch.empty((n_heads, n_splits), dtype=torch.float32, device=q.device)
-    part_sum = torch.empty((n_heads, n_splits), dtype=torch.float32, device=q.device)
-    _attention_decode_split_kernel[(n_kv, n_splits)](
-        q, k_cache, v_cache, start, part_acc, part_max, part_sum, qk_scale,
-        q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
+    if n_queries > 1:
+        block_m, block_n, split, n_splits, num_warps, num_stages = _short_config(
+            head_dim, n_queries, group, n_kv, max_context)
+    else:                                  # decode: the group's heads are the rows of one tile
+        block_n, split, n_splits, num_warps, num_stages = _decode_config(head_dim, max_context)
+        block_m = max(16, next_power_of_2(group))
+    part_acc = torch.empty((n_queries * n_heads, n_splits, head_dim), dtype=torch.float32, device=q.device)
+    part_max = torch.empty((n_queries * n_heads, n_splits), dtype=torch.float32, device=q.device)
+    part_sum = torch.empty((n_queries * n_heads, n_splits), dtype=torch.float32, device=q.device)
+    _attention_split_kernel[(triton.cdiv(n_queries * group, block_m), n_kv, n_splits)](
+        q, k_cache, v_cache, start, part_acc, part_max, part_sum, n_queries, qk_scale,
+        q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1),
-        GROUP=group, G_PAD=max(16, next_power_of_2(group)), D=head_dim, BLOCK_N=block_n,
-        SPLIT=split, NUM_SPLITS=n_splits, DOT_PRECISION=precision,
-        num_warps=num_warps, num_stages=num_stages)
+        H=n_heads, GROUP=group, D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split,
+        NUM_SPLITS=n_splits, DOT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
     splits_pad = next_power_of_2(n_splits)
-    _attention_decode_combine_kernel[(n_heads,)](
-        part_acc, part_max, part_sum, start, out, out.stride(1),
-        D=head_dim, SPLIT=split, NUM_SPLITS=n_splits, SPLITS_PAD=splits_pad,
+    _attention_combine_kernel[(n_queries * n_heads,)](
+        part_acc, part_max, part_sum, start, out, out.stride(0), out.stride(1),
+        H=n_heads, D=head_dim, SPLIT=split, NUM_SPLITS=n_splits, SPLITS_PAD=splits_pad,
         CHUNK=min(_COMBINE_CHUNK, splits_pad), num_warps=4)
     return out
+

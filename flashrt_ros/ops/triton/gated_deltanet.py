@@ -24,6 +24,8 @@ from flashrt_ros.ops.triton import next_power_of_2
 
 _CONV_BLOCK_C = 256
 _CONV_BLOCK_T = 16
+_CONV_ONE_LAUNCH_T = 64         # up to this many tokens: one program sees every step (state updated in it)
+_CONV_NARROW_C = 64             # channels per program then (a 64 x 64 tile does not spill)
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
@@ -51,8 +53,16 @@ def _conv_state_update(x_ptr, stride_xt, state_ptr, T, offs_c, mask_c,
 
 @triton.jit
 def _causal_conv_kernel(x_ptr, stride_xt, state_ptr, w_ptr, stride_wc, stride_wk, bias_ptr, out_ptr, T, C,
+                        S1, S2,
                         K: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
-                        HAS_BIAS: tl.constexpr, SILU: tl.constexpr, UPDATE_STATE: tl.constexpr):
+                        HAS_BIAS: tl.constexpr, SILU: tl.constexpr, UPDATE_STATE: tl.constexpr,
+                        SECTIONED: tl.constexpr):
+    """Conv of a (channel block, time block) tile.
+
+    ``SECTIONED``: channels ``[0, S1) | [S1, S2) | [S2, C)`` are written as three
+    consecutive row-major ``[T, width]`` matrices instead of one ``[T, C]``, so
+    each section is a contiguous tensor (fla's kernels copy strided inputs).
+    """
     offs_c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     offs_t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_c = offs_c < C
@@ -71,8 +81,15 @@ def _causal_conv_kernel(x_ptr, stride_xt, state_ptr, w_ptr, stride_wc, stride_wk
         acc += tl.load(bias_ptr + offs_c, mask=mask_c, other=0.0).to(tl.float32)[None, :]
     if SILU:
         acc = acc * tl.sigmoid(acc)
-    tl.store(out_ptr + offs_t[:, None].to(tl.int64) * C + offs_c[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=mask_t[:, None] & mask_c[None, :])
+    rows = offs_t[:, None].to(tl.int64)
+    cols = offs_c[None, :]
+    if SECTIONED:
+        dst = tl.where(cols < S1, rows * S1 + cols,
+                       tl.where(cols < S2, S1 * T + rows * (S2 - S1) + (cols - S1),
+                                S2 * T + rows * (C - S2) + (cols - S2)))
+    else:
+        dst = rows * C + cols
+    tl.store(out_ptr + dst, acc.to(out_ptr.dtype.element_ty), mask=mask_t[:, None] & mask_c[None, :])
     if UPDATE_STATE:                               # only when this program sees every time step
         _conv_state_update(x_ptr, stride_xt, state_ptr, T, offs_c, mask_c, K - 1, BLOCK_W)
 
@@ -85,32 +102,80 @@ def _conv_state_kernel(x_ptr, stride_xt, state_ptr, T, C,
 
 
 def causal_conv1d_update(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor,
-                         bias: torch.Tensor | None = None, silu: bool = True) -> torch.Tensor:
+                         bias: torch.Tensor | None = None, silu: bool = True,
+                         sections: tuple[int, int, int] | None = None,
+                         ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """Triton ``causal_conv1d_with_state``: conv ``x [T, C]`` after ``state [C, K-1]``, state updated in place.
 
     ``x`` may be a column slice of a wider matrix (unit stride in the last dim);
-    ``weight [C, K]``, optional ``bias [C]``. Returns ``[T, C]`` in ``x``'s dtype.
-    Up to ``_CONV_BLOCK_T`` tokens (decode included) it is one launch; longer
-    inputs update the state with a second, small launch.
+    ``weight [C, K]``, optional ``bias [C]``. Returns ``[T, C]`` in ``x``'s dtype,
+    or with ``sections=(w0, w1, w2)`` (summing to C) three contiguous
+    ``[T, w_i]`` tensors, the column blocks of that result.
+    Up to ``_CONV_ONE_LAUNCH_T`` tokens (decode and a short turn included) it
+    is one launch; longer inputs update the state with a second, small launch.
     """
     t, c = x.shape
     kernel = weight.shape[-1]
     assert x.stride(1) == 1, "x needs unit stride in the channel dim"
     assert state.is_contiguous() and tuple(state.shape) == (c, kernel - 1), "state must be a contiguous [C, K-1]"
+    assert sections is None or (len(sections) == 3 and sum(sections) == c), "sections must be 3 widths summing to C"
     out = torch.empty((t, c), dtype=x.dtype, device=x.device)
-    block_t = min(next_power_of_2(t), _CONV_BLOCK_T)
+    s1, s2 = (sections[0], sections[0] + sections[1]) if sections is not None else (c, c)
+    if _CONV_BLOCK_T < t <= _CONV_ONE_LAUNCH_T:
+        block_t, block_c = next_power_of_2(t), _CONV_NARROW_C
+    else:
+        block_t, block_c = min(next_power_of_2(t), _CONV_BLOCK_T), _CONV_BLOCK_C
     block_w = next_power_of_2(kernel - 1)
     time_blocks = triton.cdiv(t, block_t)
-    channel_blocks = triton.cdiv(c, _CONV_BLOCK_C)
+    channel_blocks = triton.cdiv(c, block_c)
     _causal_conv_kernel[(channel_blocks, time_blocks)](
         x, x.stride(0), state, weight, weight.stride(0), weight.stride(1), weight if bias is None else bias, out,
-        t, c, K=kernel, BLOCK_W=block_w, BLOCK_T=block_t, BLOCK_C=_CONV_BLOCK_C,
-        HAS_BIAS=bias is not None, SILU=silu, UPDATE_STATE=time_blocks == 1,
+        t, c, s1, s2, K=kernel, BLOCK_W=block_w, BLOCK_T=block_t, BLOCK_C=block_c,
+        HAS_BIAS=bias is not None, SILU=silu, UPDATE_STATE=time_blocks == 1, SECTIONED=sections is not None,
         num_warps=4 if block_t == 1 else 8)     # 16 x 256 tiles spill at 4 warps (sm_90 compile)
     if time_blocks > 1:     # other programs read the old window: update it after they are done
         _conv_state_kernel[(channel_blocks,)](
             x, x.stride(0), state, t, c, W=kernel - 1, BLOCK_W=block_w, BLOCK_C=_CONV_BLOCK_C, num_warps=4)
-    return out
+    if sections is None:
+        return out
+    flat = out.view(-1)
+    return (flat[:t * s1].view(t, s1), flat[t * s1:t * s2].view(t, s2 - s1), flat[t * s2:].view(t, c - s2))
+
+
+@triton.jit
+def _gdn_gates_kernel(a_ptr, b_ptr, stride_at, stride_bt, a_log_ptr, dt_bias_ptr, g_ptr, beta_ptr, T, H,
+                      BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    """``g = -exp(A_log) softplus(a + dt_bias)`` (float32) and ``beta = sigmoid(b)`` for a tile of tokens."""
+    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_h = tl.arange(0, BLOCK_H)
+    mask = (offs_t < T)[:, None] & (offs_h < H)[None, :]
+    rows = offs_t[:, None].to(tl.int64)
+    a = tl.load(a_ptr + rows * stride_at + offs_h[None, :], mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + rows * stride_bt + offs_h[None, :], mask=mask, other=0.0).to(tl.float32)
+    a = a + tl.load(dt_bias_ptr + offs_h, mask=offs_h < H, other=0.0).to(tl.float32)[None, :]
+    a_log = tl.load(a_log_ptr + offs_h, mask=offs_h < H, other=0.0).to(tl.float32)
+    softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))   # torch's threshold 20
+    tl.store(g_ptr + rows * H + offs_h[None, :], -tl.exp(a_log)[None, :] * softplus, mask=mask)
+    tl.store(beta_ptr + rows * H + offs_h[None, :], tl.sigmoid(b).to(beta_ptr.dtype.element_ty), mask=mask)
+
+
+def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+              dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton ``ops.gated_delta.gdn_gates`` for ``a, b [T, H]`` (row views of a projection are fine).
+
+    One launch instead of about ten torch kernels; returns contiguous ``g``
+    (float32) and ``beta`` (``b``'s dtype), as fla's chunk kernel wants them.
+    """
+    t, heads = a.shape
+    assert b.shape == a.shape and a.stride(1) == 1 and b.stride(1) == 1, "a, b need unit stride per head"
+    g = torch.empty((t, heads), dtype=torch.float32, device=a.device)
+    beta = torch.empty((t, heads), dtype=b.dtype, device=b.device)
+    if t:
+        block_t = min(64, next_power_of_2(t))
+        _gdn_gates_kernel[(triton.cdiv(t, block_t),)](
+            a, b, a.stride(0), b.stride(0), A_log, dt_bias, g, beta, t, heads,
+            BLOCK_T=block_t, BLOCK_H=next_power_of_2(heads), num_warps=4)
+    return g, beta
 
 
 @triton.jit

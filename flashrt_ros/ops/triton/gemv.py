@@ -38,7 +38,7 @@ def gemv_config(n: int, k: int) -> tuple[int, int, int, int]:
 
     BLOCK_K is the widest of 512/256/128 that pads ``K`` by at most 1/8 (K = 576
     takes 128, not 512 with a mostly-masked second slice). Measured on an H200
-    (benchmarks/bench_gemv.py): 2.3-4.3 TB/s on the decode shapes.
+    (benchmarks/kernel_gemv.py): 2.3-4.3 TB/s on the decode shapes.
     """
     block_k = triton.next_power_of_2(k)
     for width in (512, 256, 128):

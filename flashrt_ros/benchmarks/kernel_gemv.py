@@ -2,13 +2,15 @@
 
 Prints a table (median of CUDA-graph replays of 20 back-to-back products, so launch
 gaps are small), the achieved read bandwidth and the ratio. Run on a GPU:
-    python benchmarks/bench_gemv.py
+    python -m flashrt_ros.benchmarks.kernel_gemv
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
+from flashrt_ros.benchmarks.timing import graph_ms
 from flashrt_ros.ops.triton.gemv import gemv, gemv_config
 
 SHAPES = {  # (out N, in K): hybrid 0.81B and SmolLM2-135M decode projections
@@ -17,29 +19,10 @@ SHAPES = {  # (out N, in K): hybrid 0.81B and SmolLM2-135M decode projections
     "smollm2 wqkv": (960, 576), "smollm2 wo": (576, 576), "smollm2 w13": (3072, 576), "smollm2 w2": (576, 1536),
     "smollm2 lm_head": (49152, 576),
 }
-REPEAT = 20
-
-
-def graph_ms(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(REPEAT):
-            fn()
-    times = []
-    for _ in range(30):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); g.replay(); b.record(); b.synchronize()
-        times.append(a.elapsed_time(b) / REPEAT)
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> None:
+    gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_gemv")
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| shape | N x K | cuBLAS us | GB/s | triton us | GB/s | triton/cuBLAS | max rel err |")
     print("|---|---|---|---|---|---|---|---|")

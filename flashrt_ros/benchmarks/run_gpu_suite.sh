@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Everything that needs a CUDA GPU, in one go: the GPU tests, the capsule benchmark, the LLM benchmark.
-# Usage: benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra flashrt-bench args]
-#   PHASES: comma-separated subset of tests,capsules,llm (default: all three)
+# Everything that needs a CUDA GPU, in one go: the GPU tests, kernel and capsule benchmarks, the LLM benchmark.
+# Usage (from the repository root):
+#   flashrt_ros/benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra flashrt-bench args]
+#   PHASES: comma-separated subset of tests,kernels,capsules,llm (default: tests,capsules,llm)
 # Wheels the GPU image lacks (fla) may be given in .whl/ (installed to /tmp/site).
 set -uo pipefail
 OUT="${1:?output directory}"; BUDGET="${2:-300}"; PHASES="${3:-tests,capsules,llm}"
@@ -24,10 +25,13 @@ case ",$PHASES," in *,tests,*)
     test/test_models_cuda.py test/test_runtime_cuda.py test/test_hybrid_cuda.py \
     test/test_engine_cuda_graphs.py test/test_policy_cuda_graph.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
 esac
+case ",$PHASES," in *,kernels,*)
+  python3 -m flashrt_ros.benchmarks.kernel_attention --short 2>&1 | tee "$OUT/kernel_attention_short.txt" ;;
+esac
 case ",$PHASES," in *,capsules,*)
-  python3 benchmarks/bench_capsules.py --out "$OUT/capsules.md" 2>&1 | tee "$OUT/capsules_log.txt" ;;
+  python3 -m flashrt_ros.benchmarks.capsules --out "$OUT/capsules.md" 2>&1 ;;
 esac
 case ",$PHASES," in *,llm,*)
-  python3 -m flashrt_ros.bench --device cuda --smollm2-random --time-budget-s "$BUDGET" --out "$OUT" "$@" 2>&1 \
+  python3 -m flashrt_ros.benchmarks.llm --device cuda --smollm2-random --time-budget-s "$BUDGET" --out "$OUT" "$@" 2>&1 \
     | tee "$OUT/llm_log.txt" ;;
 esac

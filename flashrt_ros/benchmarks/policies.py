@@ -19,8 +19,8 @@ queue-pop steps apart:
   device-to-device copy of the same bytes, each timed host-side with a
   synchronisation (median).
 
-    python benchmarks/bench_policies.py --out docs/benchmarks/policies.md --png docs/benchmarks/policies.png
-    python benchmarks/bench_policies.py --smoke        # tiny shapes, CPU allowed: checks the script runs
+    python -m flashrt_ros.benchmarks.policies --out docs/benchmarks/policies.md --png docs/benchmarks/policies.png
+    python -m flashrt_ros.benchmarks.policies --smoke        # tiny shapes, CPU allowed: checks the script runs
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -36,18 +35,12 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
+from flashrt_ros.engine.stats import percentile  # noqa: E402
 from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
-
-
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    k = max(0, min(len(xs) - 1, int(round(q / 100 * len(xs) + 0.5)) - 1))
-    return xs[k]
 
 
 def make_checkpoint(kind: str, directory: Path, smoke: bool):
@@ -144,8 +137,8 @@ def time_ours(directory: Path, obs: dict, device: torch.device, dtype: torch.dty
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         floor.append((time.perf_counter() - t0) * 1e3)
-    capsule = {"state_bytes": engine.arena.nbytes, "snapshot_ms": statistics.median(snap),
-               "restore_ms": statistics.median(rest), "copy_floor_ms": statistics.median(floor)}
+    capsule = {"state_bytes": engine.arena.nbytes, "snapshot_ms": percentile(snap, 50),
+               "restore_ms": percentile(rest, 50), "copy_floor_ms": percentile(floor, 50)}
     engine.close()
     return {"replan": replan, "pop": pop}, capsule
 

@@ -1,16 +1,18 @@
-"""``flashrt-bench``: LLM time-to-first-token, decode and capsule latencies, ours vs transformers.
+"""``flashrt-bench``: a follow-up turn from a capsule vs a cold prefill, re-entry, decode, capsule verbs.
 
-One process, one table: for each model (the hybrid 0.81B benchmark shape, and
-SmolLM2-135M) and each context length it measures (a) cold prefill -> first
-token, (b) capsule restore -> first token, (c) transformers' cold prefill and
-``copy.deepcopy(past_key_values)`` snapshot / restore, (d) batch-1 decode vs
-the weight-read floor and (e) snapshot / restore vs the copy floor of the live
-bytes, checks that the tokens after a restore equal the uninterrupted run, and
-writes ``llm.md`` (+ ``llm.json``, ``llm_ttft.png`` when matplotlib exists)
-into ``--out``. See docs/benchmarks/README.md for the columns.
+One process, one report: for each model (the hybrid 0.81B benchmark shape, and
+SmolLM2-135M) and each context length N it measures (f) the follow-up turn:
+cold prefill of N+T ids -> first token vs restore of an N-token capsule +
+prefill of the T new ids -> first token, and the same for transformers
+(``copy.deepcopy`` and ``clone()`` restores); the token identity of the two
+paths; (r) re-entry: restore -> the token of the capsule's stored logits;
+(d) batch-1 decode vs the weight-read floor, with kernel anatomies of a decode
+token and of the turn's prefill; (e) snapshot / restore vs the copy floor of
+the live bytes. Writes ``llm.md`` (+ ``llm.json``, ``llm_ttft.png`` when
+matplotlib exists) into ``--out``. See docs/benchmarks/README.md for the columns.
 
     flashrt-bench                                   # H200 defaults, < 8 minutes
-    python -m flashrt_ros.bench --quick --device cpu --out /tmp/bench   # CPU smoke run
+    python -m flashrt_ros.benchmarks.llm --quick --device cpu --out /tmp/bench   # CPU smoke run
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
-from flashrt_ros.benchmarks.anatomy import decode_anatomy
+from flashrt_ros.benchmarks.anatomy import forward_anatomy
 from flashrt_ros.benchmarks.budget import TimeBudget
 from flashrt_ros.benchmarks.measure import RunSettings, measure_hf, measure_ours
 from flashrt_ros.benchmarks.models import (MODELS, ModelPair, build_hybrid, build_smollm2, parameter_count,
@@ -83,6 +85,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=None, help="TTFT repetitions, median (default 5; --quick 2)")
     p.add_argument("--capsule-reps", type=int, default=None,
                    help="snapshot/restore repetitions, median (default 50; --quick 10)")
+    p.add_argument("--turn-tokens", type=int, default=None,
+                   help="tokens T of the follow-up turn (default 64; --quick 8)")
     p.add_argument("--prefill-chunk", type=int, default=None, help="our prefill chunk (default 8192 on CUDA, else 2048; --quick 16)")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     p.add_argument("--quick", action="store_true", help="tiny configs and short contexts (CPU smoke test)")
@@ -106,11 +110,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.reps = 2 if args.quick else 5
     if args.capsule_reps is None:
         args.capsule_reps = 10 if args.quick else 50
+    if args.turn_tokens is None:
+        args.turn_tokens = 8 if args.quick else 64
     if args.prefill_chunk is None:
         args.prefill_chunk = 16 if args.quick else 8192 if args.device.type == "cuda" else 2048
     args.bandwidth_mib = args.bandwidth_mib or (1024 if args.device.type == "cuda" else 64)
-    if min(args.contexts) < 1 or args.reps < 1 or args.capsule_reps < 1 or args.prefill_chunk < 1:
-        p.error("contexts, repetitions and the prefill chunk must be >= 1")
+    if (min(args.contexts) < 1 or args.reps < 1 or args.capsule_reps < 1 or args.prefill_chunk < 1
+            or args.turn_tokens < 1):
+        p.error("contexts, repetitions, the prefill chunk and the turn tokens must be >= 1")
     return args
 
 
@@ -137,7 +144,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               f"{args.prefill_chunk} tokens (remainder in powers of two)")
     machine["our fused kernels"] = (f"triton {_version('triton')}" if fast
                                     else "off (torch reference ops)")
-    settings = RunSettings(args.device, args.reps, args.capsule_reps, args.prefill_chunk, graphs, args.seed)
+    settings = RunSettings(args.device, args.reps, args.capsule_reps, args.prefill_chunk, graphs, args.seed,
+                           args.turn_tokens)
     models, rows = [], []
     notes = list(budget.notes)
     for name in args.models:
@@ -154,11 +162,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         fp = FingerprintInputs.from_model(pair.ours)
         if args.device.type == "cuda" and budget.allows("anatomy:" + name, 1, f"decode anatomy {pair.name}"):
             t0 = budget.elapsed()
+            position = min(args.contexts)
             with fast_kernels(fast):
-                anatomy = decode_anatomy(pair.ours, min(args.contexts), args.device)
-            models[-1]["decode_anatomy"] = {"position": min(args.contexts), **anatomy}
+                for key, tokens in (("decode_anatomy", 1), ("turn_anatomy", args.turn_tokens)):
+                    anatomy = forward_anatomy(pair.ours, position, args.device, tokens)
+                    models[-1][key] = {"position": position, "tokens": tokens, **anatomy}
+                    log(f"{pair.name} {key}: { {k: v for k, v in anatomy.items() if k != 'top'} }")
             budget.record("anatomy:" + name, 1, budget.elapsed() - t0)
-            log(f"{pair.name} decode anatomy: {anatomy}")
         for context in args.contexts:
             row: dict[str, Any] = {"model": pair.name, "context": context, "decode_floor_ms": floor_ms}
             label = f"{pair.name} @ {context}"
@@ -172,8 +182,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     notes.append(f"ours {label}: out of memory ({exc})")
                 # one-off compilation in the warm-up must not inflate the estimate for longer contexts
                 budget.record("ours:" + name, context, budget.elapsed() - t0 - row.get("warmup_s", 0.0))
-                _progress(row, ("cold_ttft_ms", "restore_ttft_ms", "decode_ms", "snapshot_ms", "restore_ms",
-                                "continuation_match"))
+                _progress(row, ("cold_turn_ttft_ms", "followup_ttft_ms", "followup_token_match",
+                                "unaligned_token_match", "cold_ttft_ms", "reentry_ttft_ms", "decode_ms",
+                                "snapshot_ms", "restore_ms", "continuation_match"))
             if hf is not None and budget.allows("hf:" + name, context, f"HF {label}"):
                 log(f"{label}: transformers ...")
                 t0 = budget.elapsed()
@@ -182,7 +193,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 except torch.cuda.OutOfMemoryError as exc:
                     notes.append(f"HF {label}: out of memory ({exc})")
                 budget.record("hf:" + name, context, budget.elapsed() - t0 - row.get("hf_warmup_s", 0.0))
-                _progress(row, ("hf_cold_ttft_ms", "hf_snapshot_ms", "hf_restore_ttft_ms", "hf_continuation_match"))
+                _progress(row, ("hf_cold_turn_ttft_ms", "hf_followup_deepcopy_ms", "hf_followup_clone_ms",
+                                "hf_cold_ttft_ms", "hf_snapshot_ms", "hf_reentry_ttft_ms", "hf_continuation_match"))
             rows.append(row)
         del pair, hf
         if args.device.type == "cuda":
@@ -209,7 +221,7 @@ def write(result: dict[str, Any], out: Path) -> Path:
     markdown = render(result["machine"], result["models"], result["rows"], notes)
     markdown = markdown.replace("## Machine", f"Command: `{result['command']}`\n\n## Machine", 1)
     if "plot" in result:
-        markdown += "\n![time to first token](llm_ttft.png)\n"
+        markdown += "\n![follow-up turn: time to first token](llm_ttft.png)\n"
     path = out / "llm.md"
     path.write_text(markdown)
     (out / "llm.json").write_text(json.dumps({**result, "notes": notes}, indent=1, default=str))
@@ -222,9 +234,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = run(args)
     path = write(result, args.out)
     log(f"wrote {path}")
-    failed = [r for r in result["rows"] if r.get("continuation_match") is False]
+    failed = [r for r in result["rows"] if r.get("continuation_match") is False
+              or (r.get("followup_aligned") and r.get("followup_token_match") is False)]
     if failed:
-        log(f"CORRECTNESS FAILURE: restore diverged from the uninterrupted run in {len(failed)} row(s)")
+        log(f"CORRECTNESS FAILURE: a re-entry diverged from the uninterrupted run, or a follow-up turn from "
+            f"an aligned prefix diverged from the cold run, in {len(failed)} row(s)")
         return 1
     return 0
 

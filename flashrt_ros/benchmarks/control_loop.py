@@ -5,7 +5,7 @@ behaviour (a PD expert drives the simulated arm and the policy is fed its
 observations), then restore the capsule and the world state, and resume.
 After each restore the live arena is compared byte-for-byte with the capsule.
 
-    python benchmarks/bench_control_loop.py [--seconds 10] [--device cpu|cuda] [--cuda-graph] [--threads 1]
+    python -m flashrt_ros.benchmarks.control_loop [--seconds 10] [--device cpu|cuda] [--cuda-graph] [--threads 1]
 
 No ROS needed. Timings are wall-clock on whatever machine runs it (printed).
 """
@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.stats import percentile

@@ -7,25 +7,22 @@ both hold ``--positions`` tokens of transcript, against a flat copy of the same
 live bytes (the floor: a switch moves them twice). Park tier: the store's
 default (``--tier``).
 
-    python benchmarks/bench_sessions.py --cpu                       # random-llama-tiny on CPU
-    python benchmarks/bench_sessions.py --model smollm2 --positions 128 1024
+    python -m flashrt_ros.benchmarks.sessions --cpu                 # random-llama-tiny on CPU
+    python -m flashrt_ros.benchmarks.sessions --model smollm2 --positions 128 1024
 """
 from __future__ import annotations
 
 import argparse
 import platform
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
-
-from flashrt_ros.benchmarks.timing import copy_floor_ms, event_ms  # noqa: E402
-from flashrt_ros.engine.config import StoreConfig  # noqa: E402
-from flashrt_ros.engine.llm_engine import LLMEngine  # noqa: E402
-from flashrt_ros.engine.stats import percentile  # noqa: E402
-from flashrt_ros.models.registry import load_model  # noqa: E402
+from flashrt_ros.benchmarks.timing import copy_floor_ms, event_ms
+from flashrt_ros.engine.config import StoreConfig
+from flashrt_ros.engine.llm_engine import LLMEngine
+from flashrt_ros.engine.stats import percentile
+from flashrt_ros.models.registry import load_model
 
 GiB = 1 << 30
 

@@ -7,7 +7,7 @@ tokens, then times (medians of 50):
   - replay plus the host read of the token (what any engine must do per token).
 The differences are the engine's host work per step (gate, ring record, commit)
 and the launch gaps inside the graph. Run on a GPU:
-``python benchmarks/bench_decode_overhead.py``.
+``python -m flashrt_ros.benchmarks.kernel_decode_overhead``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ import time
 
 import torch
 
+from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
 from flashrt_ros.benchmarks.models import build_hybrid
+from flashrt_ros.benchmarks.timing import median_event_ms
 from flashrt_ros.benchmarks.measure import prompt_ids
 from flashrt_ros.engine.llm_engine import LLMEngine
 from flashrt_ros.engine.state import PENDING
@@ -34,6 +36,7 @@ def _wall(fn) -> float:
 
 
 def main() -> None:
+    gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_decode_overhead")
     pair = build_hybrid(torch.device("cuda"), torch.bfloat16, 0, quick=False)
     eng = LLMEngine(pair.ours, ByteTokenizer(), max_context=2048 + 3 * REPS + 64, device="cuda",
                     prefill_chunk=2048, cuda_graphs=True)
@@ -41,16 +44,8 @@ def main() -> None:
     for _ in range(3):
         eng.decode_step(greedy=True)
     step = statistics.median(_wall(lambda: eng.decode_step(greedy=True)) for _ in range(REPS))
-    graph = eng.runner.decode_runners[("decode", True)].graph          # the captured decode step (benchmark-only access)
-    events = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        events.append(a.elapsed_time(b))
-    replay = statistics.median(events)
+    graph = eng.runner.decode_runners[("decode", True)].graph   # the captured decode step (benchmark-only access)
+    replay = median_event_ms(graph.replay, REPS, torch.device("cuda"))
     with_read = statistics.median(_wall(lambda: (graph.replay(), int(eng.arena[PENDING].item())))
                                   for _ in range(REPS))
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; hybrid-0.81B bf16 at position ~2100")

@@ -1,9 +1,9 @@
 """Round-trip latency of capsule services through DDS on loopback (node in a subprocess).
 
-Usage: python benchmarks/bench_ros_latency.py [--model smollm2] [--calls 200]
+Usage: python -m flashrt_ros.benchmarks.ros_latency [--model smollm2] [--calls 200]
 Prints a markdown table: p50/p99 of the client-observed round trip and of the engine-side time,
-for restore and snapshot, with the machine named. Goal (issue 5): restore p50 <= 2 ms, p99 <= 5 ms
-for SmolLM2's state on CPU.
+for restore and snapshot, with the machine, the executors and the machine's load named.
+Goal (issue 14): restore p50 <= 2 ms, p99 <= 5 ms for SmolLM2's state on CPU.
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:
@@ -28,6 +27,7 @@ def main() -> int:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--prompt-tokens", type=int, default=64)
+
     args = ap.parse_args()
     os.environ.setdefault("ROS_DOMAIN_ID", str(100 + os.getpid() % 100))
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
@@ -35,7 +35,7 @@ def main() -> int:
     log = tmp / "node.log"
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "flashrt_ros.cli", "serve", "--model", args.model,
-                             "--node-namespace", "/bench", "-p", "device:=cpu",
+                             "--namespace", "/bench", "-p", "device:=cpu",
                              "-p", f"capsule_directory:={tmp / 'capsules'}"],
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
@@ -73,7 +73,9 @@ def main() -> int:
         print(f"\nmachine: {platform.node()} {platform.processor() or platform.machine()}, "
               f"{os.cpu_count()} cores, Python {platform.python_version()}; model {args.model}; "
               f"capsule {snap.capsule.bytes / 1e6:.2f} MB at position {snap.capsule.position}; "
-              f"{args.calls} calls each\n")
+              f"{args.calls} calls each; node executor: MultiThreadedExecutor (6 threads), "
+              f"client: MultiThreadedExecutor (2 threads); "
+              f"load average {os.getloadavg()[0]:.1f} (1 min) at the end\n")
         print("| service | round trip p50 (ms) | p99 (ms) | in engine p50 (ms) | p99 (ms) |")
         print("| --- | --- | --- | --- | --- |")
         for verb, (rt, eng) in rows.items():
