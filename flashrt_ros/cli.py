@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--params-file", help="ROS parameters YAML (e.g. config/llm.yaml)")
     s.add_argument("--engine-kind", choices=("llm", "policy"))
     s.add_argument("--model", help="model source (default smollm2)")
-    s.add_argument("--policy", help="policy for engine_kind=policy (gru | transformer)")
+    s.add_argument("--policy", help="policy for engine_kind=policy (gru | transformer | lerobot:<checkpoint dir>)")
     # --node-namespace: the former spelling, same meaning, kept as a hidden alias.
     s.add_argument("--namespace", "--node-namespace", dest="namespace", default="",
                    help="ROS namespace to start the node in (its name is then NS/flashrt)")

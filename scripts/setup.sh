@@ -50,4 +50,5 @@ if [ "$(cat "$VENV/.flashrt-interfaces" 2>/dev/null)" != "$ifc_key" ] \
     || { say "interfaces built but do not import"; exit 1; }
   echo "$ifc_key" > "$VENV/.flashrt-interfaces"
 fi
+"$ROOT/scripts/setup_sim.sh"   # MuJoCo demo extras: Mesa headless GL, requirements-sim.txt
 say "ready: $VENV"

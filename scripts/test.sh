@@ -3,6 +3,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
+"$ROOT/scripts/install_lerobot_reference.sh"   # test-only LeRobot reference (parity tests)
 cd "$ROOT"
 set +e
 "$ROOT/.venv/bin/python" -m pytest test "$@"

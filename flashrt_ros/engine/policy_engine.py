@@ -16,13 +16,15 @@ from __future__ import annotations
 import tempfile
 import time
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 import flashrt_ros
+from flashrt_ros.engine.graphs import StepRunner
 from flashrt_ros.engine.stats import percentile
-from flashrt_ros.models.policies import STATE_PREFIX, PolicyModule
+from flashrt_ros.models.policies import RNG_SEED, STATE_PREFIX, PolicyModule
+from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.runtime.arena import BOUNDARY, POSITION, StateArena, core_meta_specs
 from flashrt_ros.runtime.boundary import BoundaryGate
 from flashrt_ros.runtime.capsule_verbs import CapsuleVerbs
@@ -72,28 +74,35 @@ class PolicyEngine:
         self.gate = BoundaryGate()
         self.capsules = CapsuleVerbs(self.gate, self.store, cold_start=self._reset_state,
                                      timeout_s=gate_timeout_s)
-        self._obs = torch.zeros(policy.obs_dim, dtype=torch.float32, device=self.device)
-        self._action = torch.zeros(policy.act_dim, dtype=torch.float32, device=self.device)
+        self.features: dict[str, FeatureSpec] = dict(policy.input_features())
+        if not self.features:
+            raise InvalidArgument("a policy must declare at least one input feature")
+        # one static input buffer per feature: a captured step reads fixed addresses
+        self._inputs = {name: torch.zeros(spec.shape, dtype=torch.float32, device=self.device)
+                        for name, spec in self.features.items()}
+        self._action = torch.zeros(policy.action_dim, dtype=torch.float32, device=self.device)
         self._latencies_ns: deque[int] = deque(maxlen=latency_window)
-        self._graph: torch.cuda.CUDAGraph | None = None
+        if cuda_graph and self.device.type != "cuda":
+            raise InvalidArgument("cuda_graph=True needs a CUDA device")
+        self._runner = StepRunner(self._step_body, self.arena, enabled=cuda_graph)
         self._reset_state()
-        if cuda_graph:
-            self._capture()
+        self._runner.capture()
 
     # --- control --------------------------------------------------------------
-    def step(self, obs: torch.Tensor | Sequence[float]) -> torch.Tensor:
-        """Run one control step and commit it as a boundary; returns a fresh action tensor."""
-        obs = torch.as_tensor(obs, dtype=torch.float32)
-        if obs.shape != (self.policy.obs_dim,):
-            raise InvalidArgument(f"obs must have shape ({self.policy.obs_dim},), got {tuple(obs.shape)}")
+    def step(self, observation: Mapping[str, torch.Tensor] | torch.Tensor | Sequence[float]) -> torch.Tensor:
+        """Run one control step and commit it as a boundary; returns a fresh action tensor.
+
+        ``observation`` maps each declared feature name to a tensor of its
+        shape (images float32 ``(3, H, W)`` in [0, 1]); a bare vector means
+        ``{"observation.state": vector}``. Nothing changes when it is refused.
+        """
+        inputs = self._validated(observation)
         t0 = time.perf_counter_ns()
         with self.gate.step():
             self.store.ring.before_step()
-            self._obs.copy_(obs)
-            if self._graph is not None:
-                self._graph.replay()
-            else:
-                self._step_body()
+            for name, value in inputs.items():
+                self._inputs[name].copy_(value)
+            self._runner()
             self.store.ring.record()
             action = self._action.clone()
         if self.device.type == "cuda":
@@ -120,7 +129,7 @@ class PolicyEngine:
         return {
             "policy": type(self.policy).__name__,
             "device": str(self.device),
-            "cuda_graph": self._graph is not None,
+            "cuda_graph": self._runner.graph is not None,
             "position": int(self.arena[POSITION].item()),
             "boundary": int(self.arena[BOUNDARY].item()),
             "arena_bytes": self.arena.nbytes,
@@ -137,36 +146,46 @@ class PolicyEngine:
             self._tmpdir = None
 
     # --- internals -------------------------------------------------------------
+    def _validated(self, observation: Any) -> dict[str, torch.Tensor]:
+        """The observation as ``{feature: float32 tensor}``; ``InvalidArgument`` naming what is wrong."""
+        if not isinstance(observation, Mapping):
+            observation = {STATE: observation}
+        missing = sorted(set(self.features) - set(observation))
+        unknown = sorted(set(observation) - set(self.features))
+        if missing or unknown:
+            raise InvalidArgument(f"observation features: missing {missing}, unknown {unknown}; "
+                                  f"the policy reads {sorted(self.features)}")
+        out = {}
+        for name, spec in self.features.items():
+            try:
+                value = torch.as_tensor(observation[name], dtype=torch.float32)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise InvalidArgument(f"observation feature {name!r}: not a tensor ({exc})") from None
+            if tuple(value.shape) != spec.shape:
+                raise InvalidArgument(f"observation feature {name!r} must have shape {spec.shape}, "
+                                      f"got {tuple(value.shape)}")
+            out[name] = value
+        return out
+
     def _step_body(self) -> None:
         """Everything a step does on the device: the part captured as a graph."""
         with torch.no_grad():
-            self._action.copy_(self.policy.step(self._obs, self.arena))
+            self._action.copy_(self.policy.step_observation(self._inputs, self.arena))
             self.arena[POSITION].add_(1)
             self.arena[BOUNDARY].add_(1)
 
-    def _reset_state(self) -> None:
+    def _reset_state(self, seed: int | None = None) -> None:
+        """Cold start (``engine.capsules.reset(seed=...)``): ``seed`` starts this episode's
+        noise stream there (policies with a ``policy.rng.seed`` buffer); without it the
+        policy's configured seed is used."""
+        if seed is not None and RNG_SEED not in self.arena:
+            raise InvalidArgument(f"{type(self.policy).__name__} draws no noise: it has no {RNG_SEED} to seed")
         self.arena.zero_()
         self.policy.init_state(self.arena)
+        if seed is not None:
+            self.arena[RNG_SEED].fill_(seed)
         self.store.ring.restart()         # the cold state is the first entry of a new timeline
 
     def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
         return [*self.policy.named_parameters(), *self.policy.named_buffers()]
-
-    def _capture(self) -> None:
-        """Capture ``_step_body`` as one CUDA graph, leaving the arena as it was."""
-        if self.device.type != "cuda":
-            raise InvalidArgument("cuda_graph=True needs a CUDA device")
-        saved = self.arena.block.clone()
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(3):          # warm up kernels and allocator on a side stream
-                self._step_body()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._step_body()
-        self.arena.block.copy_(saved)
-        torch.cuda.synchronize(self.device)
-        self._graph = graph
 

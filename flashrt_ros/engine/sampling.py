@@ -3,7 +3,7 @@
 Why counter-based: a stateful generator (``torch.Generator``) lives outside the
 arena, so a capsule could not capture it and a restored run would draw other
 numbers. Here every draw is a pure function of ``(seed, counter, vocab index)``
-(a 32-bit integer hash built from torch integer ops), so restoring the two
+(``flashrt_ros.ops.counter_rng``, shared with the policies' noise), so restoring the two
 scalars restores the stream exactly, and the step stays capturable: no host
 sync, no data-dependent shapes, temperature/top-k/top-p read from tensors.
 
@@ -18,10 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from flashrt_ros.ops.counter_rng import uniform
 from flashrt_ros.runtime.errors import InvalidArgument
-
-_MASK32 = 0xFFFFFFFF
-
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -64,32 +62,6 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """``(x * c) mod 2**32`` for ``0 <= x < 2**32`` without int64 overflow (c split in 16-bit halves)."""
-    lo, hi = c & 0xFFFF, c >> 16
-    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _MASK32
-
-
-def hash32(x: torch.Tensor) -> torch.Tensor:
-    """A well-mixed 32-bit integer hash (xorshift-multiply, "lowbias32" constants) on int64 tensors."""
-    x = x & _MASK32
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
-
-
-def uniform_from_counter(seed: torch.Tensor, counter: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Uniform float32 numbers in the open interval (0, 1), one per ``index``, for draw ``counter``."""
-    h = hash32(seed ^ 0x243F6A88)
-    h = hash32(h ^ ((seed >> 32) & _MASK32))
-    h = hash32(h ^ (counter & _MASK32))
-    h = hash32(h ^ ((counter >> 32) & _MASK32) ^ 0x9E3779B9)
-    h = hash32(h ^ index)
-    return ((h >> 8).float() + 0.5) * (1.0 / (1 << 24))
-
-
 def greedy_token(logits: torch.Tensor) -> torch.Tensor:
     """Argmax of ``logits [V]`` as an int64 scalar tensor (first index on ties)."""
     return logits.argmax(dim=-1)
@@ -106,7 +78,7 @@ def sample_token(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     values = values.masked_fill(rank >= k, float("-inf"))
     probs = values.softmax(dim=-1)
     keep = (probs.cumsum(dim=-1) - probs) < top_p           # the most likely token is always kept
-    noise = -torch.log(-torch.log(uniform_from_counter(seed, counter, order)))
+    noise = -torch.log(-torch.log(uniform(seed, counter, order)))
     score = torch.where(keep, values + noise, torch.full_like(values, float("-inf")))
     # gather, not order[idx]: indexing with a 0-d tensor syncs to the host (breaks capture)
     sampled = order.gather(0, score.argmax(dim=-1, keepdim=True)).squeeze(0)

@@ -10,7 +10,9 @@ Plugging in your own policy
 ---------------------------
 Subclass :class:`PolicyModule` and
 
-1. set ``obs_dim`` and ``act_dim``;
+1. set ``obs_dim`` and ``act_dim`` (a policy reading more than one state
+   vector, or images, declares ``input_features()`` and overrides
+   ``step_observation`` instead of ``step``);
 2. return every piece of mutable state from ``state_specs()`` (names start with
    ``"policy."``; shapes fixed; int64 for counters);
 3. in ``step(obs, arena)`` read the state through ``arena[name]`` and write it
@@ -25,17 +27,21 @@ the engine fingerprint instead. See ``docs/policies.md``.
 from __future__ import annotations
 
 import importlib
-import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from flashrt_ros.models.policy_features import STATE, FeatureSpec
+from flashrt_ros.ops.counter_rng import normal as counter_normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
 
 STATE_PREFIX = "policy."
+#: The int64 scalar a policy with a noise stream keeps its seed in (``engine.capsules.reset(seed=...)`` writes it).
+RNG_SEED = "policy.rng.seed"
 
 
 class PolicyModule(nn.Module):
@@ -43,6 +49,19 @@ class PolicyModule(nn.Module):
 
     obs_dim: int
     act_dim: int
+
+    @property
+    def action_dim(self) -> int:
+        """Length of the action vector each step returns."""
+        return self.act_dim
+
+    def input_features(self) -> dict[str, FeatureSpec]:
+        """The named inputs of one step (default: one state vector of ``obs_dim``)."""
+        return {STATE: FeatureSpec((self.obs_dim,), "state")}
+
+    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> Tensor:
+        """One step from named inputs (shapes as ``input_features``); default: ``step`` on the state."""
+        return self.step(observation[STATE], arena)
 
     def state_specs(self) -> list[BufferSpec]:
         """Every mutable state buffer, names prefixed ``policy.``."""
@@ -59,53 +78,6 @@ class PolicyModule(nn.Module):
         """Hyper-parameters that define the architecture (enters the fingerprint)."""
         cfg = getattr(self, "cfg", None)
         return asdict(cfg) if cfg is not None else {}
-
-
-# --- counter-based Gaussian noise ---------------------------------------------
-# Why counter-based: the generator's whole state is (seed, counter), two int64
-# scalars in the arena, so a capsule restores the noise stream exactly and the
-# draw is a pure function of tensors (capturable, no torch.Generator object).
-# Values are kept in [0, 2**32) and every multiplier is below 2**31, so no
-# product reaches 2**63: int64 never overflows, on any backend.
-
-_MASK32 = 0xFFFFFFFF
-_MUL1, _MUL2 = 0x21F0AAAD, 0x735A2D97   # odd, < 2**31: each multiply is a bijection mod 2**32
-_SALT = 0x2545F491                      # separates the four input words before mixing
-
-
-def _hash32(x: Tensor) -> Tensor:
-    """A bijective 32-bit avalanche mix (xorshift-multiply rounds) on int64 tensors."""
-    x = x & _MASK32
-    x = x ^ (x >> 16)
-    x = (x * _MUL1) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * _MUL2) & _MASK32
-    return x ^ (x >> 15)
-
-
-def counter_uniform_bits(seed: Tensor, counter: Tensor, index: Tensor) -> Tensor:
-    """32 random bits per ``index``, a pure function of (seed, counter, index).
-
-    The four 32-bit words of (seed, counter) are mixed in parallel (one hash
-    over four lanes, each salted by its lane) and folded into one key; the
-    index is then hashed under that key. Fewer dependent ops than a chain.
-    """
-    words = torch.stack([seed >> 32, seed, counter >> 32, counter]) & _MASK32
-    lanes = torch.arange(1, 5, device=seed.device, dtype=torch.int64)
-    mixed = _hash32(words ^ ((lanes * _SALT) & _MASK32))
-    key = mixed[0] ^ mixed[1] ^ mixed[2] ^ mixed[3]
-    return _hash32(_hash32(index) ^ key)
-
-
-def counter_normal(seed: Tensor, counter: Tensor, n: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """``n`` standard-normal samples for draw number ``counter`` (Box-Muller)."""
-    idx = torch.arange(2 * n, device=seed.device, dtype=torch.int64)
-    bits = counter_uniform_bits(seed, counter, idx)
-    # top 24 bits are exact in float32; +0.5 keeps u strictly inside (0, 1)
-    u = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
-    u1, u2 = u[:n], u[n:]
-    z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
-    return z.to(dtype)
 
 
 # --- (a) GRU policy -----------------------------------------------------------
@@ -206,7 +178,7 @@ class ChunkedTransformerPolicy(PolicyModule):
     QUEUE = "policy.chunk_queue"
     QUEUE_STEP = "policy.chunk_step"      # step at which each slot's chunk was predicted
     QUEUE_INDEX = "policy.queue_index"    # chunks predicted so far
-    RNG_SEED = "policy.rng.seed"
+    RNG_SEED = RNG_SEED
     RNG_COUNTER = "policy.rng.counter"
 
     def __init__(self, cfg: ChunkedTransformerPolicyConfig = ChunkedTransformerPolicyConfig()) -> None:
@@ -286,20 +258,40 @@ class ChunkedTransformerPolicy(PolicyModule):
         action = mean + c.noise_std * noise
         return action.clamp(-c.max_action, c.max_action)
 
+    def planned_actions(self, arena: StateArena) -> Tensor:
+        """The newest chunk's actions after the last step, ``[k, act]`` (a trajectory to publish).
+
+        Host reads (call between steps, never in a captured step); without ensembling or noise.
+        """
+        chunks = int(arena[self.QUEUE_INDEX].item())
+        if chunks == 0:
+            return arena[self.QUEUE].new_zeros(0, self.act_dim)
+        slot = (chunks - 1) % self.cfg.chunk_slots
+        last_step = int(arena[self.RING_INDEX].item()) - 1
+        start = last_step - int(arena[self.QUEUE_STEP][slot].item()) + 1
+        return arena[self.QUEUE][slot, start:].clone()
+
 
 # --- lookup by name (node parameter ``policy``) ----------------------------------
 
 REFERENCE_POLICIES = {"gru": GRUPolicy, "transformer": ChunkedTransformerPolicy}
 
 
+LEROBOT_PREFIX = "lerobot:"
+
+
 def make_policy(spec: str) -> PolicyModule:
-    """``'gru'``, ``'transformer'``, or ``'package.module:factory'`` (a callable returning a PolicyModule)."""
+    """``'gru'``, ``'transformer'``, ``'lerobot:<checkpoint dir>'`` (ACT, Diffusion Policy), or
+    ``'package.module:factory'`` (a callable returning a PolicyModule)."""
     if spec in REFERENCE_POLICIES:
         return REFERENCE_POLICIES[spec]()
+    if spec.startswith(LEROBOT_PREFIX):
+        from flashrt_ros.models.lerobot import load_lerobot_policy
+        return load_lerobot_policy(spec[len(LEROBOT_PREFIX):])
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise InvalidArgument(f"policy {spec!r}: use one of {sorted(REFERENCE_POLICIES)} "
-                              "or 'package.module:factory'")
+        raise InvalidArgument(f"policy {spec!r}: use one of {sorted(REFERENCE_POLICIES)}, "
+                              "'lerobot:<checkpoint dir>' or 'package.module:factory'")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:

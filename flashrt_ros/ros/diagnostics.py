@@ -13,7 +13,8 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 KEYS = ("engine_kind", "model", "device", "session", "busy", "position", "boundary_id",
         "capsule_count", "arena_bytes", "live_bytes", "device_bytes", "host_bytes", "disk_bytes",
-        "step_p50_ms", "step_p99_ms")
+        "step_p50_ms", "step_p99_ms", "inputs_state", "inputs_detail", "policy_steps",
+        "deadline_misses")
 
 
 def status_summary(kind: str, model: str, raw: Mapping[str, Any], busy: bool) -> dict[str, Any]:
@@ -43,11 +44,15 @@ def tier_bytes(stats: Mapping[str, Any]) -> dict[str, int]:
 
 def diagnostics_message(node_name: str, status: Mapping[str, Any], lifecycle_state: str,
                         stamp: Time) -> DiagnosticArray:
-    """One DiagnosticStatus: OK while active, WARN when inactive/unconfigured, ERROR on errors."""
+    """One DiagnosticStatus: OK while active, WARN when inactive/unconfigured or the policy's
+    inputs are stale (the policy is stopped), ERROR on errors."""
     level = DiagnosticStatus.OK if lifecycle_state == "active" else DiagnosticStatus.WARN
     summary = f"{lifecycle_state}"
     if status.get("error"):
         level, summary = DiagnosticStatus.ERROR, f"{lifecycle_state}: {status['error']}"
+    elif lifecycle_state == "active" and status.get("inputs_state") == "stale":
+        level = DiagnosticStatus.WARN
+        summary = f"active, policy stopped: inputs {status.get('inputs_detail', 'stale')}"
     elif lifecycle_state == "active":
         summary = (f"active, position {status.get('position', 0)}, "
                    f"{status.get('capsule_count', 0)} capsules")

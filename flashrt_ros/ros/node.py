@@ -54,6 +54,7 @@ from flashrt_ros.msg import EngineStatus
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary, tier_bytes
 from flashrt_ros.ros.parameters import PARAMS, NodeConfig, check_value, descriptor
+from flashrt_ros.ros.robot_io_params import declare_robot_io_parameters, read_robot_io_config
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.runtime.disk import capsule_path
 from flashrt_ros.runtime.errors import ErrorCode, FlashRTError, InvalidArgument, NotActive
@@ -68,6 +69,7 @@ class FlashRTNode(LifecycleNode):
         super().__init__(node_name, **kwargs)
         for p in PARAMS:
             self.declare_parameter(p.name, p.default, descriptor(p))
+        declare_robot_io_parameters(self)
         self.add_on_set_parameters_callback(self._validate_parameters)
         self._engine: Any = None
         self._active = False
@@ -85,6 +87,9 @@ class FlashRTNode(LifecycleNode):
             self, Generate, "~/generate", execute_callback=self._execute_generate,
             goal_callback=self._accept_goal, cancel_callback=lambda _g: CancelResponse.ACCEPT,
             feedback_pub_qos_profile=FEEDBACK_QOS, callback_group=self._action_group)
+        from flashrt_ros.ros.policy_action import PolicyActionServer
+        self._run_policy_server = PolicyActionServer(self, self._action_group,
+                                                     lambda: self._policy_io, lambda: self._engine)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
         self._status_pub = self.create_publisher(EngineStatus, "~/status", latched)
@@ -140,7 +145,12 @@ class FlashRTNode(LifecycleNode):
         """Start serving. SUCCESS: services answer and the policy loop runs."""
         if self._config.engine_kind == "policy":
             from flashrt_ros.ros.policy_io import PolicyIO
-            self._policy_io = PolicyIO(self, self._engine, self._config, self._timer_group)
+            try:
+                self._policy_io = PolicyIO(self, self._engine, self._config, read_robot_io_config(self),
+                                           self._timer_group, on_inputs_change=self._publish_status)
+            except Exception as exc:  # noqa: BLE001 - bad I/O parameters: stay inactive, say why
+                self.get_logger().error(f"activate failed: robot I/O: {exc}")
+                return TransitionCallbackReturn.FAILURE
         self._active = True
         self._lifecycle_name = "active"
         self.get_logger().info("active: serving capsule services")
@@ -368,6 +378,7 @@ class FlashRTNode(LifecycleNode):
                 token_id=int(token_id), text_piece=piece, index=index, position=int(transcript_length)))
             index += 1
 
+        capsule, rolled_back = None, False
         try:
             if engine is None or not self._active:
                 raise NotActive("node is not active")
@@ -379,6 +390,9 @@ class FlashRTNode(LifecycleNode):
                 raise InvalidArgument("reset with an empty prompt: there would be nothing to continue from")
             if goal.session:
                 engine.capsules.switch_session(goal.session, timeout=self._config.boundary_timeout_s)
+            if self.get_parameter("rollback_on_cancel").value:     # after the switch: this session's start
+                from flashrt_ros.ros.goal_capsule import GoalCapsule
+                capsule = GoalCapsule(engine, self._config.default_tier)
             if goal.reset:
                 engine.capsules.reset(timeout=self._config.boundary_timeout_s)
             default_tokens = int(self.get_parameter("max_new_tokens").value)     # applied live
@@ -386,7 +400,17 @@ class FlashRTNode(LifecycleNode):
                 goal.prompt, max_new_tokens=int(goal.max_new_tokens or default_tokens), sampling=sampling,
                 chat=bool(goal.use_chat_template) and bool(goal.prompt), on_token=on_token,
                 should_stop=lambda: goal_handle.is_cancel_requested or not self._active)
+            if capsule is not None:
+                cancelled = outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested
+                if cancelled:
+                    capsule.restore()
+                    rolled_back = True
+                else:
+                    capsule.discard()
+                capsule = None
         except Exception as exc:  # noqa: BLE001
+            if capsule is not None:
+                capsule.discard()
             conv.fill_error(result, exc, self.get_logger())
             result.stop_reason = "error"
             goal_handle.abort()
@@ -397,11 +421,12 @@ class FlashRTNode(LifecycleNode):
             conv.fill_error(result, FlashRTError("generation stopped: the node was deactivated",
                                                  ErrorCode.CANCELLED))
         else:
-            conv.fill_ok(result, f"{len(outcome.token_ids)} tokens, stop: {outcome.stop_reason}")
+            conv.fill_ok(result, f"{len(outcome.token_ids)} tokens, stop: {outcome.stop_reason}"
+                         + (", rolled back to the goal's start (rollback_on_cancel)" if rolled_back else ""))
         result.text = outcome.text
         result.token_ids = [int(t) for t in outcome.token_ids]
         result.stop_reason = outcome.stop_reason
-        result.position = int(outcome.transcript_length)
+        result.position = _transcript_length(engine) if rolled_back else int(outcome.transcript_length)
         result.ttft_ms = 1e3 * float(outcome.timings.get("ttft_s", 0.0))
         result.tokens_per_second = float(outcome.timings.get("decode_tokens_per_s", 0.0))
         if outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested:
@@ -431,6 +456,8 @@ class FlashRTNode(LifecycleNode):
         except Exception as exc:  # noqa: BLE001 - status must never kill the timer
             status = {}
             self.get_logger().warning(f"status unavailable: {exc}")
+        if self._policy_io is not None:
+            status.update(self._policy_io.status())
         status.setdefault("engine_kind", self._config.engine_kind)
         stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(conv.engine_status(status, self._lifecycle_name, stamp))
@@ -457,6 +484,12 @@ def main(argv: list[str] | None = None) -> int:
         if rclpy.ok():
             rclpy.try_shutdown()
     return 0
+
+
+def _transcript_length(engine: Any) -> int:
+    """Tokens in the live transcript (consumed plus a pending one), e.g. after a rollback."""
+    status = engine.status()
+    return int(status["position"]) + int(status["has_pending"])
 
 
 def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any) -> None:

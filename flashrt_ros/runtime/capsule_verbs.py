@@ -35,7 +35,7 @@ class CapsuleVerbs:
     """snapshot, restore, fork, rollback, drop, list, get, save, load, verify, pin, unpin,
     move, reset and session switching for one engine's arena."""
 
-    def __init__(self, gate: BoundaryGate, store: CapsuleStore, *, cold_start: Callable[[], None],
+    def __init__(self, gate: BoundaryGate, store: CapsuleStore, *, cold_start: Callable[..., None],
                  timeout_s: float | None = 30.0) -> None:
         self.gate = gate
         self.store = store
@@ -66,9 +66,14 @@ class CapsuleVerbs:
         """Go back ``steps`` committed boundaries (byte-exact); returns the new position."""
         return self._at_boundary(lambda: self.store.rollback(steps), replaces_state=True, timeout=timeout)
 
-    def reset(self, *, timeout: float | None = None) -> None:
-        """Cold start of the current session: the engine's empty state, rollback history cleared."""
-        self._at_boundary(self._cold_start, replaces_state=True, timeout=timeout)
+    def reset(self, *, timeout: float | None = None, **cold_start_args: Any) -> None:
+        """Cold start of the current session: the engine's empty state, rollback history cleared.
+
+        ``cold_start_args`` go to the engine's cold-start routine (the policy
+        engine takes ``seed``: the new episode's noise stream); it refuses bad
+        ones before changing anything.
+        """
+        self._at_boundary(lambda: self._cold_start(**cold_start_args), replaces_state=True, timeout=timeout)
 
     def verify(self, name: str, *, against_live: bool = False, timeout: float | None = None) -> VerifyReport:
         """Re-hash the stored bytes, or (``against_live``, at a boundary) compare them with the arena."""

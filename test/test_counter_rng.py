@@ -1,9 +1,13 @@
-"""The counter-based RNG: exact integer arithmetic, purity, and Gaussian statistics."""
+"""The one counter-based RNG (LLM sampling and policy noise): exact integer arithmetic, purity, statistics."""
 import random
 
 import torch
 
-from flashrt_ros.models.policies import _MUL1, _MUL2, _hash32, counter_normal, counter_uniform_bits
+from flashrt_ros.ops.counter_rng import MUL1 as _MUL1
+from flashrt_ros.ops.counter_rng import MUL2 as _MUL2
+from flashrt_ros.ops.counter_rng import hash32 as _hash32
+from flashrt_ros.ops.counter_rng import normal as counter_normal
+from flashrt_ros.ops.counter_rng import uniform_bits as counter_uniform_bits
 
 
 def _py_hash32(x: int) -> int:
@@ -56,3 +60,11 @@ def test_noise_is_standard_normal():
     # tails: P(|z| > 1.96) = 0.05
     assert abs((z.abs() > 1.96).float().mean().item() - 0.05) < 0.005
     assert torch.isfinite(z).all()
+
+
+def test_llm_sampling_and_policy_noise_draw_from_the_same_generator():
+    from flashrt_ros.engine import sampling
+    from flashrt_ros.models import policies
+    from flashrt_ros.ops import counter_rng
+    assert sampling.uniform is counter_rng.uniform
+    assert policies.counter_normal is counter_rng.normal

@@ -1,0 +1,59 @@
+"""LeRobot checkpoints (ACT, Diffusion Policy) as arena-backed ``PolicyModule``s, without importing LeRobot.
+
+``load_lerobot_policy(path)`` reads a checkpoint directory as LeRobot 0.4.x's
+``save_pretrained`` writes it, builds our model for its ``"type"`` and loads
+``model.safetensors`` strictly (a missing or unexpected weight is an error, not
+a silently random layer). Node parameter / CLI: ``policy:=lerobot:<dir>``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, read_checkpoint
+from flashrt_ros.models.policies import PolicyModule
+from flashrt_ros.runtime.errors import InvalidArgument
+
+SUPPORTED_TYPES = ("act", "diffusion")
+
+
+def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32) -> PolicyModule:
+    """The policy stored in a LeRobot checkpoint directory, weights loaded strictly."""
+    ckpt = read_checkpoint(path)
+    policy = build_policy(ckpt)
+    load_weights(policy, ckpt)
+    return policy.to(dtype=dtype).eval().requires_grad_(False)
+
+
+def build_policy(ckpt: LeRobotCheckpoint) -> PolicyModule:
+    """Our model for the checkpoint's ``type`` (weights not yet loaded)."""
+    kind = ckpt.policy_type
+    if kind == "act":
+        from flashrt_ros.models.lerobot.act import ACTConfig, ACTPolicy
+        return ACTPolicy(ACTConfig.from_checkpoint(ckpt), ckpt)
+    if kind == "diffusion":
+        from flashrt_ros.models.lerobot.diffusion import DiffusionConfig, DiffusionPolicy
+        return DiffusionPolicy(DiffusionConfig.from_checkpoint(ckpt), ckpt)
+    raise InvalidArgument(f"LeRobot policy type {kind!r} in {ckpt.path}/config.json is not supported "
+                          f"(supported: {', '.join(SUPPORTED_TYPES)})")
+
+
+def load_weights(policy: torch.nn.Module, ckpt: LeRobotCheckpoint) -> None:
+    """Strict load; the error lists what the checkpoint lacks and what it has that we do not expect."""
+    expected = set(policy.state_dict())
+    missing = sorted(expected - set(ckpt.weights))
+    unexpected = sorted(set(ckpt.weights) - expected)
+    if missing or unexpected:
+        raise InvalidArgument(f"{ckpt.path}/model.safetensors does not match its config.json: "
+                              f"missing {_few(missing)}, unexpected {_few(unexpected)}")
+    ours = policy.state_dict()
+    bad = [k for k, v in ckpt.weights.items() if tuple(v.shape) != tuple(ours[k].shape)]
+    if bad:
+        raise InvalidArgument(f"{ckpt.path}/model.safetensors: shapes differ from config.json for "
+                              + _few([f"{k} {tuple(ckpt.weights[k].shape)} vs {tuple(ours[k].shape)}" for k in bad]))
+    policy.load_state_dict(ckpt.weights, strict=True)
+
+
+def _few(names: list[str], n: int = 6) -> str:
+    return "[]" if not names else ", ".join(names[:n]) + (f" (+{len(names) - n} more)" if len(names) > n else "")

@@ -1,0 +1,379 @@
+"""Diffusion Policy (1-D conditional UNet, DDPM / DDIM) from a LeRobot checkpoint, state in the arena.
+
+Why our own model code: LeRobot keeps the observation history (``n_obs_steps``)
+and the action queue in Python deques and draws its noise from torch's global
+RNG, so two seed-equal episodes differ and a capsule could not bring an episode
+back. Here the module tree and parameter names are LeRobot's (its
+``model.safetensors`` loads strictly); the observation history, the action
+queue and the noise stream (a counter-based RNG seeded per episode) are arena
+buffers, and the whole denoising loop is unrolled with fixed scheduler
+coefficients, so one step (encode, denoise K times, queue bookkeeping) is one
+CUDA graph. The network runs every step; ``torch.where`` keeps the new chunk
+only when the queue is empty.
+
+Noise stream: plan number ``p`` of an episode (the ``p``-th time the queue was
+refilled) draws the initial sample with counter ``c = p * (K + 1)`` and the
+DDPM variance noise of reverse step ``j`` with counter ``c + 1 + j``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs
+from flashrt_ros.models.lerobot.normalize import PolicyNormalization
+from flashrt_ros.models.lerobot.resnet import ResNetTrunk
+from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
+from flashrt_ros.models.policies import RNG_SEED, PolicyModule
+from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
+from flashrt_ros.ops.counter_rng import normal
+from flashrt_ros.runtime.arena import BufferSpec, StateArena
+from flashrt_ros.runtime.errors import InvalidArgument
+
+@dataclass(frozen=True)
+class DiffusionConfig:
+    """The fields of LeRobot's ``DiffusionConfig`` that shape inference (read from ``config.json``)."""
+
+    state_dim: int
+    env_state_dim: int
+    action_dim: int
+    cameras: tuple[str, ...]
+    image_shape: tuple[int, int, int] | None
+    n_obs_steps: int = 2
+    horizon: int = 16
+    n_action_steps: int = 8
+    vision_backbone: str = "resnet18"
+    resize_shape: tuple[int, int] | None = None
+    crop_shape: tuple[int, int] | None = None
+    use_group_norm: bool = True
+    spatial_softmax_num_keypoints: int = 32
+    use_separate_rgb_encoder_per_camera: bool = False
+    down_dims: tuple[int, ...] = (512, 1024, 2048)
+    kernel_size: int = 5
+    n_groups: int = 8
+    diffusion_step_embed_dim: int = 128
+    use_film_scale_modulation: bool = True
+    noise_scheduler_type: str = "DDPM"
+    num_train_timesteps: int = 100
+    beta_schedule: str = "squaredcos_cap_v2"
+    beta_start: float = 0.0001
+    beta_end: float = 0.02
+    prediction_type: str = "epsilon"
+    clip_sample: bool = True
+    clip_sample_range: float = 1.0
+    num_inference_steps: int | None = None
+    seed: int = 0                      # noise seed written at every episode start (reset)
+
+    @property
+    def inference_steps(self) -> int:
+        return self.num_inference_steps or self.num_train_timesteps
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: LeRobotCheckpoint) -> DiffusionConfig:
+        c = ckpt.config
+        if STATE not in ckpt.input_features:
+            raise InvalidArgument(f"{ckpt.path}/config.json: Diffusion Policy needs an {STATE!r} input")
+        names = [f for f in cls.__dataclass_fields__ if f not in
+                 ("state_dim", "env_state_dim", "action_dim", "cameras", "image_shape", "seed")]
+        fields = {k: c[k] for k in names if k in c}
+        for k in ("resize_shape", "crop_shape", "down_dims"):
+            if fields.get(k) is not None:
+                fields[k] = tuple(int(v) for v in fields[k])
+        if fields.get("resize_shape") is not None:         # LeRobot derives the crop from resize * crop_ratio
+            ratio = float(c.get("crop_ratio", 1.0))
+            rs = fields["resize_shape"]
+            fields["crop_shape"] = (int(rs[0] * ratio), int(rs[1] * ratio)) if ratio < 1.0 else None
+        return cls(**asdict(PolicyIO.from_checkpoint(ckpt, "Diffusion Policy")), **fields)
+
+
+# --- image encoder ----------------------------------------------------------------
+
+def center_crop(x: Tensor, size: tuple[int, int]) -> Tensor:
+    """torchvision's ``center_crop`` offsets: ``int(round((H - h) / 2))`` (Python's round-half-to-even)."""
+    H, W = x.shape[-2:]
+    h, w = size
+    top, left = int(round((H - h) / 2.0)), int(round((W - w) / 2.0))
+    return x[..., top:top + h, left:left + w]
+
+
+class SpatialSoftmax(nn.Module):
+    """Keypoints as the softmax-weighted mean pixel position of each of K 1x1-conv feature maps."""
+
+    def __init__(self, in_shape: tuple[int, int, int], num_kp: int) -> None:
+        super().__init__()
+        c, h, w = in_shape
+        self.nets = nn.Conv2d(c, num_kp, 1)
+        self.num_kp, self.hw = num_kp, h * w
+        self.register_buffer("pos_grid", torch.zeros(h * w, 2))      # loaded from the checkpoint
+
+    def forward(self, features: Tensor) -> Tensor:
+        attention = F.softmax(self.nets(features).reshape(-1, self.hw), dim=-1)
+        return (attention @ self.pos_grid).view(-1, self.num_kp, 2)
+
+
+class RgbEncoder(nn.Module):
+    """Resize, center crop (the eval-mode crop; training's random crop is not used at inference),
+    ResNet trunk, spatial softmax, linear + ReLU."""
+
+    def __init__(self, c: DiffusionConfig) -> None:
+        super().__init__()
+        self.resize_shape, self.crop_shape = c.resize_shape, c.crop_shape
+        self.backbone = ResNetTrunk(c.vision_backbone, "group" if c.use_group_norm else "batch", named=False)
+        hw = c.crop_shape or c.resize_shape or c.image_shape[1:]
+        fh, fw = _trunk_out(hw[0]), _trunk_out(hw[1])
+        self.pool = SpatialSoftmax((ResNetTrunk.out_channels, fh, fw), c.spatial_softmax_num_keypoints)
+        self.feature_dim = 2 * c.spatial_softmax_num_keypoints
+        self.out = nn.Linear(self.feature_dim, self.feature_dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.resize_shape is not None:
+            x = F.interpolate(x, size=list(self.resize_shape), mode="bilinear", align_corners=False, antialias=True)
+        if self.crop_shape is not None:
+            x = center_crop(x, self.crop_shape)
+        return F.relu(self.out(self.pool(self.backbone(x)).flatten(1)))
+
+
+def _trunk_out(n: int) -> int:
+    """Spatial size after conv1 (s2), maxpool (s2) and three stride-2 stages."""
+    n = (n + 2 * 3 - 7) // 2 + 1
+    for _ in range(4):
+        n = (n + 2 - 3) // 2 + 1
+    return n
+
+
+# --- 1-D conditional UNet ---------------------------------------------------------
+
+class Mish(nn.Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.mish(x)
+
+
+class SinusoidalPosEmb(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        half = self.dim // 2
+        freq = torch.exp(torch.arange(half, device=x.device) * -(math.log(10000) / (half - 1)))
+        emb = x.unsqueeze(-1) * freq.unsqueeze(0)
+        return torch.cat((emb.sin(), emb.cos()), dim=-1)
+
+
+class Conv1dBlock(nn.Module):
+    """Conv1d -> GroupNorm -> Mish (``block.0``, ``block.1`` as in LeRobot)."""
+
+    def __init__(self, cin: int, cout: int, k: int, n_groups: int = 8) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Conv1d(cin, cout, k, padding=k // 2), nn.GroupNorm(n_groups, cout), Mish())
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.block(x)
+
+
+class ResidualBlock1d(nn.Module):
+    """Two conv blocks with FiLM conditioning (bias, or scale and bias) between them."""
+
+    def __init__(self, cin: int, cout: int, cond_dim: int, k: int, n_groups: int, film_scale: bool) -> None:
+        super().__init__()
+        self.film_scale, self.out_channels = film_scale, cout
+        self.conv1 = Conv1dBlock(cin, cout, k, n_groups)
+        self.cond_encoder = nn.Sequential(Mish(), nn.Linear(cond_dim, 2 * cout if film_scale else cout))
+        self.conv2 = Conv1dBlock(cout, cout, k, n_groups)
+        self.residual_conv = nn.Conv1d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x: Tensor, cond: Tensor) -> Tensor:
+        out = self.conv1(x)
+        emb = self.cond_encoder(cond).unsqueeze(-1)
+        out = emb[:, :self.out_channels] * out + emb[:, self.out_channels:] if self.film_scale else out + emb
+        return self.conv2(out) + self.residual_conv(x)
+
+
+class ConditionalUnet1d(nn.Module):
+    """LeRobot's ``DiffusionConditionalUnet1d`` (same module names): ``(B, T, A)`` -> ``(B, T, A)``."""
+
+    def __init__(self, c: DiffusionConfig, global_cond_dim: int) -> None:
+        super().__init__()
+        e = c.diffusion_step_embed_dim
+        self.diffusion_step_encoder = nn.Sequential(SinusoidalPosEmb(e), nn.Linear(e, 4 * e), Mish(),
+                                                    nn.Linear(4 * e, e))
+        kw = dict(cond_dim=e + global_cond_dim, k=c.kernel_size, n_groups=c.n_groups,
+                  film_scale=c.use_film_scale_modulation)
+        in_out = [(c.action_dim, c.down_dims[0]), *zip(c.down_dims[:-1], c.down_dims[1:])]
+        self.down_modules = nn.ModuleList()
+        for i, (cin, cout) in enumerate(in_out):
+            last = i >= len(in_out) - 1
+            self.down_modules.append(nn.ModuleList([
+                ResidualBlock1d(cin, cout, **kw), ResidualBlock1d(cout, cout, **kw),
+                nn.Identity() if last else nn.Conv1d(cout, cout, 3, 2, 1)]))
+        d = c.down_dims[-1]
+        self.mid_modules = nn.ModuleList([ResidualBlock1d(d, d, **kw), ResidualBlock1d(d, d, **kw)])
+        self.up_modules = nn.ModuleList()
+        for i, (cout, cin) in enumerate(reversed(in_out[1:])):
+            last = i >= len(in_out) - 1
+            self.up_modules.append(nn.ModuleList([
+                ResidualBlock1d(2 * cin, cout, **kw), ResidualBlock1d(cout, cout, **kw),
+                nn.Identity() if last else nn.ConvTranspose1d(cout, cout, 4, 2, 1)]))
+        self.final_conv = nn.Sequential(Conv1dBlock(c.down_dims[0], c.down_dims[0], c.kernel_size),
+                                        nn.Conv1d(c.down_dims[0], c.action_dim, 1))
+
+    def forward(self, x: Tensor, timestep: Tensor, global_cond: Tensor) -> Tensor:
+        x = x.transpose(1, 2)
+        cond = torch.cat([self.diffusion_step_encoder(timestep), global_cond], dim=-1)
+        skips = []
+        for res1, res2, down in self.down_modules:
+            x = res2(res1(x, cond), cond)
+            skips.append(x)
+            x = down(x)
+        for mid in self.mid_modules:
+            x = mid(x, cond)
+        for res1, res2, up in self.up_modules:
+            x = up(res2(res1(torch.cat((x, skips.pop()), dim=1), cond), cond))
+        return self.final_conv(x).transpose(1, 2)
+
+
+class DiffusionNet(nn.Module):
+    """LeRobot's ``DiffusionModel`` module tree: ``rgb_encoder`` (shared or one per camera) and ``unet``."""
+
+    def __init__(self, c: DiffusionConfig) -> None:
+        super().__init__()
+        self.c = c
+        cond = c.state_dim + c.env_state_dim
+        if c.cameras:
+            if c.use_separate_rgb_encoder_per_camera:
+                self.rgb_encoder = nn.ModuleList(RgbEncoder(c) for _ in c.cameras)
+                cond += self.rgb_encoder[0].feature_dim * len(c.cameras)
+            else:
+                self.rgb_encoder = RgbEncoder(c)
+                cond += self.rgb_encoder.feature_dim * len(c.cameras)
+        self.unet = ConditionalUnet1d(c, cond * c.n_obs_steps)
+
+    def global_cond(self, state: Tensor, images: Tensor | None, env: Tensor | None) -> Tensor:
+        """History ``state (S, n)``, ``images (S, cams, 3, H, W)``, ``env (S, m)`` -> ``(1, cond)``."""
+        feats = [state]
+        if images is not None:
+            S, N = images.shape[:2]
+            if self.c.use_separate_rgb_encoder_per_camera:
+                per_cam = [enc(images[:, i]) for i, enc in enumerate(self.rgb_encoder)]      # N x (S, D)
+                feats.append(torch.cat(per_cam, dim=-1))
+            else:
+                feats.append(self.rgb_encoder(images.flatten(0, 1)).view(S, -1))
+        if env is not None:
+            feats.append(env)
+        return torch.cat(feats, dim=-1).reshape(1, -1)
+
+
+class DiffusionPolicy(PolicyModule):
+    """A LeRobot Diffusion Policy checkpoint as a ``PolicyModule``.
+
+    State (arena): the last ``n_obs_steps`` normalised observations of each
+    input, whether the history has been filled, the action queue and how many
+    actions are left, the noise seed and the count of chunks planned.
+    """
+
+    HIST_PREFIX = "policy.diffusion.history."
+    STARTED = "policy.diffusion.history_started"
+    QUEUE = "policy.diffusion.queue"
+    LEFT = "policy.diffusion.queue_left"
+    RNG_SEED = RNG_SEED
+    PLANS = "policy.rng.plans"
+
+    def __init__(self, cfg: DiffusionConfig, ckpt: LeRobotCheckpoint | None = None) -> None:
+        super().__init__()
+        if cfg.n_action_steps > cfg.horizon - cfg.n_obs_steps + 1:
+            raise InvalidArgument("n_action_steps must be <= horizon - n_obs_steps + 1")
+        if cfg.horizon % (2 ** len(cfg.down_dims)) != 0:
+            raise InvalidArgument("horizon must be a multiple of 2 ** len(down_dims)")
+        self.cfg = cfg
+        self.obs_dim, self.act_dim = cfg.state_dim, cfg.action_dim
+        self.diffusion = DiffusionNet(cfg)
+        self.steps = reverse_steps(cfg.noise_scheduler_type, num_train_timesteps=cfg.num_train_timesteps,
+                                   num_inference_steps=cfg.inference_steps, beta_schedule=cfg.beta_schedule,
+                                   beta_start=cfg.beta_start, beta_end=cfg.beta_end)
+        self.register_buffer("timesteps", torch.tensor([s.timestep for s in self.steps]), persistent=False)
+        self.norm = PolicyNormalization(ckpt)
+
+    # --- contract -------------------------------------------------------------------
+    def input_features(self) -> dict[str, FeatureSpec]:
+        return feature_specs(self.cfg)
+
+    def config(self) -> dict:
+        return {"type": "diffusion", **{k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.cfg).items()}}
+
+    def _histories(self) -> dict[str, tuple[int, ...]]:
+        c = self.cfg
+        out = {"state": (c.n_obs_steps, c.state_dim)}
+        if c.cameras:
+            out["images"] = (c.n_obs_steps, len(c.cameras), *c.image_shape)
+        if c.env_state_dim:
+            out["env"] = (c.n_obs_steps, c.env_state_dim)
+        return out
+
+    def state_specs(self) -> list[BufferSpec]:
+        c = self.cfg
+        specs = [BufferSpec(self.HIST_PREFIX + k, shape, torch.float32, group="policy",
+                            doc=f"last n_obs_steps normalised {k} observations, oldest first")
+                 for k, shape in self._histories().items()]
+        return specs + [
+            BufferSpec(self.STARTED, (), torch.int64, group="policy", doc="1 once the history holds an observation"),
+            BufferSpec(self.QUEUE, (c.n_action_steps, c.action_dim), torch.float32, group="policy",
+                       doc="action queue (normalised)"),
+            BufferSpec(self.LEFT, (), torch.int64, group="policy", doc="actions left in the queue"),
+            BufferSpec(self.RNG_SEED, (), torch.int64, group="rng", doc="noise seed of this episode"),
+            BufferSpec(self.PLANS, (), torch.int64, group="rng", doc="chunks planned this episode (noise counter)"),
+        ]
+
+    def init_state(self, arena: StateArena) -> None:
+        arena[self.RNG_SEED].fill_(self.cfg.seed)
+
+    # --- step -----------------------------------------------------------------------
+    def noise(self, seed: Tensor, plan: Tensor, draw: int) -> Tensor:
+        """Draw ``draw`` (0: initial sample, 1 + j: DDPM step j) of plan number ``plan``: ``(horizon, A)``."""
+        c = self.cfg
+        counter = plan * (len(self.steps) + 1) + draw
+        return normal(seed, counter, c.horizon * c.action_dim).view(c.horizon, c.action_dim)
+
+    def denoise(self, global_cond: Tensor, seed: Tensor, plan: Tensor) -> Tensor:
+        """The K-step reverse process from this plan's noise: normalised actions ``(horizon, A)``."""
+        c = self.cfg
+        dtype = global_cond.dtype
+        x = self.noise(seed, plan, 0).to(dtype).unsqueeze(0)
+        clip = c.clip_sample_range if c.clip_sample else None
+        for j, coeffs in enumerate(self.steps):
+            out = self.diffusion.unet(x, self.timesteps[j:j + 1], global_cond)
+            z = self.noise(seed, plan, 1 + j).to(dtype).unsqueeze(0) if coeffs.sigma > 0 else None
+            x = reverse_step(c.noise_scheduler_type, c.prediction_type, coeffs, out, x, z, clip)
+        return x[0]
+
+    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> Tensor:
+        c = self.cfg
+        dtype = self.diffusion.unet.final_conv[1].weight.dtype
+        started = arena[self.STARTED].bool()
+        latest = {"state": self.norm.input(STATE, observation[STATE])}
+        if c.cameras:
+            latest["images"] = torch.stack([self.norm.input(cam, observation[cam]) for cam in c.cameras])
+        if c.env_state_dim:
+            latest["env"] = self.norm.input(ENV_STATE, observation[ENV_STATE])
+        hist = {}
+        for k, x in latest.items():                       # LeRobot fills the history with copies at first
+            buf = arena[self.HIST_PREFIX + k]
+            buf.copy_(torch.where(started, torch.cat([buf[1:], x.unsqueeze(0)]), x.unsqueeze(0).expand_as(buf)))
+            hist[k] = buf.to(dtype)
+        arena[self.STARTED].fill_(1)
+
+        queue, left, plans = arena[self.QUEUE], arena[self.LEFT], arena[self.PLANS]
+        cond = self.diffusion.global_cond(hist["state"], hist.get("images"), hist.get("env"))
+        chunk = self.denoise(cond, arena[self.RNG_SEED], plans).to(torch.float32)
+        start = c.n_obs_steps - 1
+        empty = left == 0
+        queue.copy_(torch.where(empty, chunk[start:start + c.n_action_steps], queue))
+        plans.add_(empty.to(torch.int64))
+        left.copy_(torch.where(empty, torch.full_like(left, c.n_action_steps), left))
+        action = queue.index_select(0, (c.n_action_steps - left).view(1))[0]
+        left.sub_(1)
+        return self.norm.action(action)

@@ -1,0 +1,140 @@
+"""Parameters of the robot I/O (policy topics, QoS, stale-data stop, RunPolicy, rollback).
+
+Why a second table beside ``parameters.PARAMS``: these are read when the policy
+loop starts (activate), several are string/number arrays, and they belong to
+one concept (what the policy node reads and writes on the robot's topics). The
+node declares them all at start-up so ``-p`` overrides and YAML files apply.
+Array parameters with an empty default are declared by type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from rcl_interfaces.msg import ParameterDescriptor, ParameterType
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.parameter import Parameter
+
+from flashrt_ros.ros.parameters import ParamDef, check_value, descriptor
+
+OUTPUT_TYPES = ("float32_array", "float64_array", "joint_state", "joint_trajectory")
+
+ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
+    ParamDef("input_state_topic", "~/observation", "std_msgs/Float32MultiArray feeding "
+             "observation.state (ignored when input_joint_state_topic is set; empty = none).", True),
+    ParamDef("input_joint_state_topic", "", "sensor_msgs/JointState feeding observation.state "
+             "(empty = none).", True),
+    ParamDef("input_joint_names", [""], "Joints (in policy order) taken from the JointState; a "
+             "listed joint missing from a message is an error.", True),
+    ParamDef("input_joint_fields", ["position"], "JointState fields concatenated into "
+             "observation.state, field-major (position, velocity, effort).", True),
+    ParamDef("input_image_topics", [""], "sensor_msgs/Image topics (rgb8, bgr8, mono8), resized "
+             "(aspect kept) and centre-cropped to the policy's image feature.", True),
+    ParamDef("input_image_features", [""], "Policy feature per image topic (default "
+             "observation.images.<last topic segment>).", True),
+    ParamDef("qos_reliability", "best_effort", "Reliability of the input subscriptions: best_effort "
+             "(sensor-data profile: matches every publisher) or reliable.", True,
+             choices=("best_effort", "reliable")),
+    ParamDef("qos_history", "keep_last", "History of the input subscriptions (depth: qos_depth).",
+             True, choices=("keep_last", "keep_all")),
+    ParamDef("qos_durability", "volatile", "Durability of the input subscriptions.", True,
+             choices=("volatile", "transient_local")),
+    ParamDef("output_qos_reliability", "reliable", "Reliability of the command publisher "
+             "(reliable reaches reliable and best-effort subscribers).", True,
+             choices=("best_effort", "reliable")),
+    ParamDef("output_qos_depth", 10, "History depth of the command publisher.", True,
+             int_range=(1, 1000)),
+    ParamDef("max_observation_age_s", 0.0, "An input older than this stops the policy (0 = 1.5 "
+             "control periods).", True, float_range=(0.0, 3600.0)),
+    ParamDef("sync_tolerance_s", 0.0, "Largest spread of the stamps of one tick's inputs (header "
+             "stamp, else receipt time; 0 = no check).", True, float_range=(0.0, 3600.0)),
+    ParamDef("hold_command", [0.0], "Command published on every stale tick (empty = publish "
+             "nothing).", True),
+    ParamDef("control_trigger", "timer", "timer: step at control_rate_hz on the latest inputs; "
+             "inputs: step once per new set of inputs (lock-step with a simulator).", True,
+             choices=("timer", "inputs")),
+    ParamDef("output_type", "float32_array", "Command message type.", True, choices=OUTPUT_TYPES),
+    ParamDef("output_topic", "~/action", "Command topic (ros2_control: /<controller>/commands or "
+             "/<controller>/joint_trajectory).", True),
+    ParamDef("output_joint_names", [""], "Commanded joints (names for JointState / "
+             "JointTrajectory; for arrays, checks the action size).", True),
+    ParamDef("run_mode", "continuous", "continuous: the policy steps whenever active and not "
+             "paused; goal: only while a RunPolicy goal runs.", True, choices=("continuous", "goal")),
+    ParamDef("rollback_on_cancel", False, "A cancelled Generate or RunPolicy goal restores the "
+             "capsule taken when the goal was accepted."),
+)
+# [""] / [0.0] above only give the array type; the declared default is empty.
+_EMPTY_ARRAYS = {"input_joint_names", "input_image_topics", "input_image_features", "hold_command",
+                 "output_joint_names"}
+
+
+@dataclass(frozen=True)
+class RobotIOConfig:
+    input_state_topic: str = "~/observation"
+    input_joint_state_topic: str = ""
+    input_joint_names: tuple[str, ...] = ()
+    input_joint_fields: tuple[str, ...] = ("position",)
+    input_image_topics: tuple[str, ...] = ()
+    input_image_features: tuple[str, ...] = ()
+    qos_reliability: str = "best_effort"
+    qos_history: str = "keep_last"
+    qos_durability: str = "volatile"
+    output_qos_reliability: str = "reliable"
+    output_qos_depth: int = 10
+    max_observation_age_s: float = 0.0
+    sync_tolerance_s: float = 0.0
+    hold_command: tuple[float, ...] = ()
+    control_trigger: str = "timer"
+    output_type: str = "float32_array"
+    output_topic: str = "~/action"
+    output_joint_names: tuple[str, ...] = ()
+    run_mode: str = "continuous"
+    rollback_on_cancel: bool = False
+
+
+assert {f.name for f in fields(RobotIOConfig)} == {p.name for p in ROBOT_IO_PARAMS}
+
+
+def _descriptor(p: ParamDef) -> ParameterDescriptor:
+    if not isinstance(p.default, list):
+        return descriptor(p)
+    type_ = (ParameterType.PARAMETER_STRING_ARRAY if isinstance(p.default[0], str)
+             else ParameterType.PARAMETER_DOUBLE_ARRAY)
+    return ParameterDescriptor(name=p.name, type=type_, description=p.description,
+                               read_only=p.read_only)
+
+
+def declare_robot_io_parameters(node: Any) -> None:
+    for p in ROBOT_IO_PARAMS:
+        if p.name in _EMPTY_ARRAYS:
+            kind = (Parameter.Type.STRING_ARRAY if isinstance(p.default[0], str)
+                    else Parameter.Type.DOUBLE_ARRAY)
+            node.declare_parameter(p.name, kind, _descriptor(p))
+        else:
+            node.declare_parameter(p.name, p.default, _descriptor(p))
+
+
+def read_robot_io_config(node: Any) -> RobotIOConfig:
+    """The declared values (None for an unset array -> empty), checked against the choices."""
+    values: dict[str, Any] = {}
+    for p in ROBOT_IO_PARAMS:
+        try:
+            value = node.get_parameter(p.name).value
+        except ParameterUninitializedException:      # an array declared by type and never set
+            value = None
+        if isinstance(p.default, list):
+            value = tuple(value or ())
+        reason = check_value(p, value)
+        if reason:
+            raise ValueError(reason)
+        values[p.name] = value
+    return RobotIOConfig(**values)
+
+
+def markdown_table() -> str:
+    rows = ["| parameter | default | description |", "| --- | --- | --- |"]
+    for p in ROBOT_IO_PARAMS:
+        default = "[]" if p.name in _EMPTY_ARRAYS else repr(p.default)
+        extra = f" One of: {', '.join(p.choices)}." if p.choices else ""
+        rows.append(f"| `{p.name}` | `{default}` | {p.description}{extra} |")
+    return "\n".join(rows)

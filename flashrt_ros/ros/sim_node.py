@@ -1,0 +1,166 @@
+"""flashrt_sim: the MuJoCo arm (``sim.arm``) on ROS topics, with its own snapshot/restore.
+
+Topics (under the node's namespace, default ``/sim``):
+- ``~/joint_states`` (pub, ``sensor_msgs/JointState``: shoulder, elbow; position, velocity)
+- ``~/image`` (pub, ``sensor_msgs/Image`` rgb8 from the overhead camera; ``render:=false`` turns it off)
+- ``~/command`` (sub, ``std_msgs/Float64MultiArray``: the two joint position targets,
+  as to a ros2_control forward position controller)
+
+Modes (parameter ``mode``):
+- ``lockstep``: every command advances the physics by one control period and
+  the new observation is published right away: the closed loop is exactly
+  replayable whatever the machine's load (a sample is never skipped or repeated).
+- ``realtime``: a timer at ``control_rate_hz`` steps with the latest command and publishes.
+
+Services (``std_srvs/Trigger`` reset; ``flashrt_ros/Snapshot`` and ``Restore``
+with ``name``): ``~/reset`` re-seeds the episode (``seed``) and publishes its
+first observation; ``~/snapshot`` keeps the exact physics state
+(``mj_getState``, ``mjSTATE_INTEGRATION``) under a name; ``~/restore`` puts it
+back (``mj_setState``) without publishing. All physics calls hold one lock.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+from flashrt_ros.srv import Restore, Snapshot
+
+
+class SimNode(Node):
+    """Publishes the arm's camera and joints, applies commands, keeps physics snapshots."""
+
+    def __init__(self, node_name: str = "sim", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        from flashrt_ros.sim.arm import JOINTS, ArmConfig, ArmSim
+        self.declare_parameter("seed", 0)
+        self.declare_parameter("mode", "lockstep")
+        self.declare_parameter("control_rate_hz", 50.0)
+        self.declare_parameter("render", True)
+        self.declare_parameter("image_width", 64)
+        self.declare_parameter("image_height", 64)
+        p = {n: self.get_parameter(n).value for n in
+             ("seed", "mode", "control_rate_hz", "render", "image_width", "image_height")}
+        if p["mode"] not in ("lockstep", "realtime"):
+            raise ValueError(f"mode must be lockstep or realtime (got {p['mode']!r})")
+        self.mode, self.joints = p["mode"], list(JOINTS)
+        self.sim = ArmSim(ArmConfig(control_period_s=1.0 / p["control_rate_hz"], render=p["render"],
+                                    image_width=p["image_width"], image_height=p["image_height"]),
+                          seed=p["seed"])
+        self._lock = threading.Lock()
+        self._snapshots: dict[str, Any] = {}
+        self._command: list[float] | None = None
+        self.step_times_s: list[float] = []        # wall time of each physics+render+publish step
+        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        self._joint_pub = self.create_publisher(JointState, "~/joint_states", reliable)
+        self._image_pub = self.create_publisher(Image, "~/image", reliable)
+        self.create_subscription(Float64MultiArray, "~/command", self._on_command, reliable)
+        self.create_service(Trigger, "~/reset", self._reset)
+        self.create_service(Snapshot, "~/snapshot", self._snapshot)
+        self.create_service(Restore, "~/restore", self._restore)
+        if self.mode == "realtime":
+            self.create_timer(1.0 / p["control_rate_hz"], self._on_timer)
+        self.get_logger().info(f"sim ready: {self.mode}, seed {p['seed']}, "
+                               f"{p['image_width']}x{p['image_height']} camera"
+                               f"{'' if p['render'] else ' (off)'}")
+
+    # --- the loop --------------------------------------------------------------
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        values = list(msg.data)
+        if len(values) != len(self.joints):
+            self.get_logger().error(f"command needs {len(self.joints)} values, got {len(values)}",
+                                    throttle_duration_sec=1.0)
+            return
+        if self.mode == "lockstep":
+            self._advance(values)
+        else:
+            self._command = values
+
+    def _on_timer(self) -> None:
+        self._advance(self._command)
+
+    def _advance(self, command: list[float] | None) -> None:
+        t0 = time.perf_counter()
+        with self._lock:
+            try:
+                if command is not None:
+                    self.sim.step(command)
+            except ValueError as exc:
+                self.get_logger().error(str(exc), throttle_duration_sec=1.0)
+                return
+            self._publish_observation()
+        self.step_times_s.append(time.perf_counter() - t0)
+
+    def _publish_observation(self) -> None:
+        stamp = self.get_clock().now().to_msg()
+        if self.sim.cfg.render:
+            pixels = self.sim.render()
+            img = Image(height=pixels.shape[0], width=pixels.shape[1], encoding="rgb8",
+                        is_bigendian=0, step=pixels.shape[1] * 3, data=pixels.tobytes())
+            img.header.stamp, img.header.frame_id = stamp, "overhead"
+            self._image_pub.publish(img)
+        js = JointState(name=self.joints, position=self.sim.joint_positions().tolist(),
+                        velocity=self.sim.joint_velocities().tolist())
+        js.header.stamp = stamp
+        self._joint_pub.publish(js)
+
+    # --- services ----------------------------------------------------------------
+    def _reset(self, request: Any, response: Any) -> Any:
+        with self._lock:
+            self.sim.reset(int(self.get_parameter("seed").value))
+            self._command = None
+            self._publish_observation()
+        response.success, response.message = True, "episode reset; first observation published"
+        return response
+
+    def _snapshot(self, request: Any, response: Any) -> Any:
+        with self._lock:
+            self._snapshots[request.name] = self.sim.get_state()
+            response.capsule.name, response.capsule.position = request.name, self.sim.steps
+        response.success, response.message = True, f"physics state {request.name} at step {self.sim.steps}"
+        return response
+
+    def _restore(self, request: Any, response: Any) -> Any:
+        with self._lock:
+            state = self._snapshots.get(request.name)
+            if state is None:
+                response.success, response.error_code = False, 1
+                response.message = f"no physics snapshot named {request.name!r}"
+                return response
+            self.sim.set_state(state)
+            response.capsule.name, response.capsule.position = request.name, self.sim.steps
+        response.success, response.message = True, f"physics restored to {request.name} (step {self.sim.steps})"
+        return response
+
+    def destroy_node(self) -> None:
+        self.sim.close()
+        super().destroy_node()
+
+
+def main(argv: list[str] | None = None) -> int:
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = SimNode()
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

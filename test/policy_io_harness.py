@@ -1,0 +1,97 @@
+"""In-process harness for robot-I/O tests: a FlashRTNode and a peer node on one executor."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import rclpy
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile
+from std_msgs.msg import Float32MultiArray
+
+
+def wait_until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``cond`` until truthy (returns its value) or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class RosHarness:
+    """rclpy, one MultiThreadedExecutor in a thread, a peer node for publishers/clients."""
+
+    def __init__(self) -> None:
+        rclpy.init()
+        self.executor = MultiThreadedExecutor(num_threads=6)
+        self.peer = rclpy.create_node("robot_io_test_peer")
+        self.executor.add_node(self.peer)
+        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._thread.start()
+        self.nodes: list[Any] = []
+
+    def policy_node(self, name: str, tmp: Path, **params: Any) -> Any:
+        """A configured and activated FlashRTNode (engine_kind=policy) under ``/<name>``."""
+        from flashrt_ros.ros.node import FlashRTNode
+        defaults = {"engine_kind": "policy", "policy": "gru", "device": "cpu",
+                    "control_rate_hz": 20.0, "status_period_s": 0.2,
+                    "capsule_directory": str(tmp / f"{name}_capsules")}
+        defaults.update(params)
+        node = FlashRTNode("flashrt", namespace=f"/{name}",
+                           parameter_overrides=[Parameter(k, value=v) for k, v in defaults.items()])
+        self.executor.add_node(node)
+        self.nodes.append(node)
+        node.trigger_configure()
+        assert node._engine is not None, f"{name} did not configure"
+        node.trigger_activate()
+        assert node._active, f"{name} did not activate"
+        return node
+
+    def collect(self, msg_type: type, topic: str, qos: Any = 10) -> list:
+        got: list = []
+        self.peer.create_subscription(msg_type, topic, got.append, qos)
+        return got
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node._release_engine()
+            self.executor.remove_node(node)
+            node.destroy_node()
+        self.executor.shutdown()
+        self._thread.join(5)
+        self.peer.destroy_node()
+        rclpy.try_shutdown()
+
+
+class Feeder:
+    """Publishes an observation every ``period_s`` from a thread until stopped."""
+
+    def __init__(self, node: Any, topic: str, make: Callable[[int], Any], qos: Any = None,
+                 period_s: float = 0.02, msg_type: type = Float32MultiArray) -> None:
+        self.pub = node.create_publisher(msg_type, topic, qos or QoSProfile(depth=10))
+        self._node, self._make, self.period_s = node, make, period_s
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.pub.publish(self._make(self.count))
+            except Exception:  # noqa: BLE001 - the node was torn down under a failed test
+                return
+            self.count += 1
+            self._stop.wait(self.period_s)
+
+    def stop(self) -> None:
+        """Stop and destroy the publisher (the 'killed sensor')."""
+        self._stop.set()
+        self._thread.join(5)
+        self._node.destroy_publisher(self.pub)

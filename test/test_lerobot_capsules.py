@@ -1,0 +1,96 @@
+"""Complete episode capsules for ACT and Diffusion Policy: every bit of episode state is in the arena."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiny_lerobot_policies import episode_observations, tiny_act, tiny_diffusion
+from flashrt_ros.engine.policy_engine import PolicyEngine
+from flashrt_ros.runtime.errors import InvalidArgument
+
+POLICIES = {
+    "act_queue": lambda: tiny_act(),
+    "act_temporal_ensemble": lambda: tiny_act(ensemble=True),
+    "diffusion_ddim": lambda: tiny_diffusion(scheduler="DDIM"),
+    "diffusion_ddpm": lambda: tiny_diffusion(scheduler="DDPM"),
+}
+K, M, N = 7, 6, 12       # steps before the snapshot (mid-chunk: chunks of 5 / 4 actions), interruption, after
+
+
+@pytest.fixture(params=sorted(POLICIES))
+def engines(request, tmp_path):
+    made = []
+
+    def make() -> PolicyEngine:
+        made.append(PolicyEngine(POLICIES[request.param](), directory=str(tmp_path)))
+        return made[-1]
+
+    yield request.param, make
+    for e in made:
+        e.close()
+
+
+def _run(engine: PolicyEngine, obs: list[dict]) -> list[torch.Tensor]:
+    return [engine.step(o) for o in obs]
+
+
+def test_restore_mid_chunk_resumes_bit_identically_and_reset_does_not(engines):
+    name, make = engines
+    episode = episode_observations(make().policy, K + N, seed=1)
+    interruption = episode_observations(make().policy, M, seed=2)
+    reference = _run(make(), episode)[K:]
+
+    engine = make()
+    _run(engine, episode[:K])
+    engine.capsules.snapshot("mid_chunk")
+    at_snapshot = engine.arena.block.clone()
+    _run(engine, interruption)
+    assert not torch.equal(engine.arena.block, at_snapshot)
+    engine.capsules.restore("mid_chunk")
+    assert torch.equal(engine.arena.block, at_snapshot)
+    resumed = _run(engine, episode[K:])
+    assert all(torch.equal(a, b) for a, b in zip(reference, resumed, strict=True)), name
+
+    engine.capsules.reset()
+    after_reset = _run(engine, episode[K:])
+    differing = sum(not torch.equal(a, b) for a, b in zip(reference, after_reset))
+    assert differing >= 1 and not torch.equal(reference[0], after_reset[0]), name
+
+
+def test_two_seed_equal_episodes_are_bit_identical(engines):
+    name, make = engines
+    a, b = make(), make()
+    obs = episode_observations(a.policy, 14, seed=3)
+    first = _run(a, obs)
+    b.step(obs[0])                    # leave b mid-episode, then start a new episode with the same seed
+    b.capsules.reset()
+    second = _run(b, obs)
+    assert all(torch.equal(x, y) for x, y in zip(first, second, strict=True)), name
+
+
+def test_diffusion_noise_is_seeded_per_episode(tmp_path):
+    engine = PolicyEngine(tiny_diffusion(scheduler="DDPM"), directory=str(tmp_path))
+    obs = episode_observations(engine.policy, 6, seed=4)
+    engine.capsules.reset(seed=11)
+    a = _run(engine, obs)
+    engine.capsules.reset(seed=12)
+    b = _run(engine, obs)
+    engine.capsules.reset(seed=11)
+    c = _run(engine, obs)
+    assert all(torch.equal(x, y) for x, y in zip(a, c))
+    assert not torch.equal(a[0], b[0])
+
+
+def test_diffusion_does_not_touch_torchs_global_rng(tmp_path):
+    engine = PolicyEngine(tiny_diffusion(scheduler="DDPM"), directory=str(tmp_path))
+    obs = episode_observations(engine.policy, 5, seed=5)
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    _run(engine, obs)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_seed_for_a_policy_without_noise_is_refused(tmp_path):
+    engine = PolicyEngine(tiny_act(), directory=str(tmp_path))
+    with pytest.raises(InvalidArgument, match="no policy.rng.seed"):
+        engine.capsules.reset(seed=1)

@@ -1,0 +1,207 @@
+"""The policy node on robot topics: QoS that matches by default, the stale-data stop,
+JointState / Image inputs, ros2_control-style outputs (in-process, real DDS)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.duration import Duration
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float32MultiArray, Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from flashrt_ros.models.policy_features import FeatureSpec
+from flashrt_ros.msg import EngineStatus
+from flashrt_ros.ros.robot_io_params import RobotIOConfig
+from policy_io_harness import Feeder, RosHarness, wait_until
+
+OBS = lambda i: Float32MultiArray(data=[0.01 * (i % 13), -0.2, 0.0, 0.05, 0.5, -0.5])  # noqa: E731
+LATCHED = QoSProfile(depth=1, durability=1, reliability=ReliabilityPolicy.RELIABLE)
+
+
+@pytest.fixture(scope="module")
+def ros():
+    harness = RosHarness()
+    yield harness
+    harness.close()
+
+
+def _status(ros, ns):
+    return ros.collect(EngineStatus, f"/{ns}/flashrt/status", QoSProfile(depth=50, durability=1))
+
+
+def test_default_qos_and_best_effort_publishers_both_drive_the_policy(ros, tmp_path):
+    ros.policy_node("qos", tmp_path)
+    actions = ros.collect(Float32MultiArray, "/qos/flashrt/action")
+    reliable = Feeder(ros.peer, "/qos/flashrt/observation", OBS, QoSProfile(depth=10))
+    wait_until(lambda: len(actions) >= 5, what="actions from a default-QoS (reliable) publisher")
+    reliable.stop()
+    before = len(actions)
+    best_effort = Feeder(ros.peer, "/qos/flashrt/observation", OBS, qos_profile_sensor_data)
+    wait_until(lambda: len(actions) >= before + 5, what="actions from a best-effort publisher")
+    best_effort.stop()
+
+
+def test_stale_inputs_stop_the_policy_and_fresh_inputs_resume_it(ros, tmp_path):
+    ros.policy_node("stale", tmp_path)
+    status = _status(ros, "stale")
+    diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
+    actions = ros.collect(Float32MultiArray, "/stale/flashrt/action")
+    feeder = Feeder(ros.peer, "/stale/flashrt/observation", OBS)
+    wait_until(lambda: len(actions) >= 5 and status and status[-1].inputs_state == "fresh",
+               what="a stepping policy with fresh inputs")
+    feeder.stop()                                        # the sensor dies
+    after_stop = len(actions)
+    wait_until(lambda: status[-1].inputs_state == "stale", what="the stale report on ~/status")
+    assert "max_observation_age_s" in status[-1].inputs_detail
+    # actions stop: none for a full second (20 control periods) ...
+    wait_until(lambda: _stable(actions, len(actions)), timeout=30, what="actions to stop")
+    # ... within 2 control periods of the last observation: at most 2 ticks after it
+    # (+1 for an action already in flight when the feeder stopped)
+    assert len(actions) - after_stop <= 3, (after_stop, len(actions))
+    # the policy state did not advance while stale
+    seen = len(status)
+    wait_until(lambda: len(status) >= seen + 3, what="three more status messages")
+    assert len({s.position for s in status[seen - 1:]}) == 1
+    assert any(s.level == DiagnosticStatus.WARN and "policy stopped" in s.message
+               for d in list(diagnostics) for s in d.status if s.name.startswith("stale/flashrt"))
+    # fresh data: the policy steps again
+    stopped_at = len(actions)
+    feeder = Feeder(ros.peer, "/stale/flashrt/observation", OBS)
+    wait_until(lambda: len(actions) >= stopped_at + 5 and status[-1].inputs_state == "fresh",
+               what="the policy to resume on fresh data")
+    feeder.stop()
+
+
+def _stable(items: list, n: int, hold_s: float = 1.0) -> bool:
+    """True when ``items`` keeps length ``n`` for ``hold_s`` seconds."""
+    import time
+    end = time.monotonic() + hold_s
+    while time.monotonic() < end:
+        if len(items) != n:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_hold_command_is_published_while_inputs_are_stale(ros, tmp_path):
+    ros.policy_node("hold", tmp_path, hold_command=[0.25, -0.25], output_type="float64_array",
+                    output_topic="/hold/forward_controller/commands")
+    commands = ros.collect(Float64MultiArray, "/hold/forward_controller/commands")
+    wait_until(lambda: len(commands) >= 3, what="hold commands before any observation")
+    assert all(list(c.data) == [0.25, -0.25] for c in commands)
+    feeder = Feeder(ros.peer, "/hold/flashrt/observation", OBS)
+    wait_until(lambda: any(list(c.data) != [0.25, -0.25] for c in commands), what="policy commands")
+    feeder.stop()
+    n = len(commands)
+    wait_until(lambda: len(commands) >= n + 3 and list(commands[-1].data) == [0.25, -0.25],
+               what="hold commands after the sensor stopped")
+
+
+def test_deadline_only_when_asked_and_misses_are_reported(ros, tmp_path):
+    ros.policy_node("deadline", tmp_path, qos_deadline_factor=2.0, qos_reliability="reliable")
+    status = _status(ros, "deadline")
+    actions = ros.collect(Float32MultiArray, "/deadline/flashrt/action")
+    offered = QoSProfile(depth=10, deadline=Duration(seconds=0.05))
+    feeder = Feeder(ros.peer, "/deadline/flashrt/observation", OBS, offered)
+    wait_until(lambda: len(actions) >= 5, what="actions from a publisher offering a deadline")
+    feeder.stop()
+    wait_until(lambda: status and status[-1].deadline_misses > 0, what="deadline misses on ~/status")
+
+
+def test_joint_state_in_trajectory_out(ros, tmp_path):
+    ros.policy_node("arm", tmp_path, policy="transformer",
+                    input_joint_state_topic="/arm/joint_states",
+                    input_joint_names=["a", "b", "c"], input_joint_fields=["position", "velocity"],
+                    output_type="joint_trajectory", output_topic="/arm/jtc/joint_trajectory",
+                    output_joint_names=["j1", "j2"])
+    status = _status(ros, "arm")
+    trajectories = ros.collect(JointTrajectory, "/arm/jtc/joint_trajectory")
+
+    def joints(i, names=("c", "x", "a", "b")):
+        return JointState(name=list(names), position=[0.1 * i, 9.0, 0.2, 0.3][:len(names)],
+                          velocity=[0.0, 9.0, 0.1, 0.1][:len(names)])
+    feeder = Feeder(ros.peer, "/arm/joint_states", joints, qos_profile_sensor_data, msg_type=JointState)
+    wait_until(lambda: len(trajectories) >= 5, what="trajectories")
+    feeder.stop()
+    traj = trajectories[-1]
+    assert traj.joint_names == ["j1", "j2"] and len(traj.points) >= 1
+    times = [p.time_from_start.sec + 1e-9 * p.time_from_start.nanosec for p in traj.points]
+    assert times[0] == pytest.approx(0.05) and times == sorted(times)
+    assert all(len(p.positions) == 2 for p in traj.points)
+    assert max(len(t.points) for t in trajectories) > 1          # the planned chunk is published
+    bad = Feeder(ros.peer, "/arm/joint_states", lambda i: joints(i, ("a", "b")),
+                 qos_profile_sensor_data, msg_type=JointState)
+    wait_until(lambda: status[-1].inputs_state == "error" and "'c'" in status[-1].inputs_detail,
+               what="a missing joint reported as an error")
+    bad.stop()
+
+
+class _ImagePolicy:
+    """Declares a camera and a state; records what the engine is stepped with."""
+
+    input_features = staticmethod(lambda: {
+        "observation.images.front": FeatureSpec((3, 8, 8), "image"),
+        "observation.state": FeatureSpec((2,), "state")})
+    action_dim = 2
+
+
+class _RecordingEngine:
+    def __init__(self) -> None:
+        self.policy = _ImagePolicy()
+        self.features = self.policy.input_features()      # as PolicyEngine.features
+        self.seen: list = []
+
+    def step(self, observation):
+        self.seen.append({k: v.clone() for k, v in observation.items()})
+        return torch.tensor([0.5, -0.5])
+
+
+def test_camera_and_state_reach_the_policy_as_declared_features(ros):
+    from flashrt_ros.ros.policy_io import PolicyIO
+    engine = _RecordingEngine()
+    io = RobotIOConfig(input_state_topic="/cam_test/state", input_image_topics=("/cam_test/front",),
+                       output_topic="/cam_test/action")
+    policy_io = PolicyIO(ros.peer, engine, SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+                                                           qos_deadline_factor=0.0), io, None)
+    bgr = np.zeros((12, 16, 3), np.uint8)
+    bgr[:, :, 0] = 255                                                  # pure blue in BGR order
+
+    def frame(i):
+        return Image(height=12, width=16, encoding="bgr8", step=48, data=bgr.tobytes())
+    camera = Feeder(ros.peer, "/cam_test/front", frame, qos_profile_sensor_data, msg_type=Image)
+    state = Feeder(ros.peer, "/cam_test/state", lambda i: Float32MultiArray(data=[1.0, 2.0]))
+    try:
+        wait_until(lambda: engine.seen, what="a policy step with camera and state")
+    finally:
+        camera.stop()
+        state.stop()
+        policy_io.destroy()
+    obs = engine.seen[-1]
+    image = obs["observation.images.front"]
+    assert image.shape == (3, 8, 8) and image.dtype == torch.float32
+    # blue (BGR channel 0) arrives as RGB channel 2; 12x16 -> scaled to 8x11, centre-cropped to 8x8
+    assert torch.allclose(image[2], torch.ones(8, 8), atol=1e-6)
+    assert torch.allclose(image[:2], torch.zeros(2, 8, 8), atol=1e-6)
+    assert obs["observation.state"].tolist() == [1.0, 2.0]
+
+
+def test_inputs_that_do_not_serve_the_policy_fail_activation(ros, tmp_path):
+    from flashrt_ros.ros.node import FlashRTNode
+    from rclpy.parameter import Parameter
+    node = FlashRTNode("flashrt", namespace="/badio", parameter_overrides=[
+        Parameter(k, value=v) for k, v in {
+            "engine_kind": "policy", "policy": "gru", "device": "cpu",
+            "capsule_directory": str(tmp_path / "c"), "input_state_topic": "",
+            "input_image_topics": ["/badio/cam"]}.items()])
+    try:
+        node.trigger_configure()
+        node.trigger_activate()
+        assert not node._active
+    finally:
+        node._release_engine()
+        node.destroy_node()
