@@ -2,9 +2,11 @@
 # Everything that needs a CUDA GPU, in one go: the GPU tests, kernel and capsule benchmarks, the LLM benchmark.
 # Usage (from the repository root):
 #   flashrt_ros/benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra flashrt-bench args]
-#   PHASES: comma-separated subset of tests,kernels,capsules,llm (default: tests,capsules,llm)
+#   PHASES: comma-separated subset of tests,kernels,capsules,policies,llm (default: tests,capsules,llm)
+#   FLASHRT_PHASE_TIMEOUT_S (default 600) bounds each phase, so one slow phase cannot eat the others'.
 # Wheels the GPU image lacks (fla) may be given in .whl/ (installed to /tmp/site).
 set -uo pipefail
+PT="${FLASHRT_PHASE_TIMEOUT_S:-600}"
 OUT="${1:?output directory}"; BUDGET="${2:-300}"; PHASES="${3:-tests,capsules,llm}"
 shift $(( $# < 3 ? $# : 3 )); [ "${1:-}" = "--" ] && shift
 mkdir -p "$OUT"
@@ -19,9 +21,9 @@ export PYTHONUNBUFFERED=1
   python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'triton', triton.__version__)"
   python3 -c "import fla; print('fla', fla.__version__)" || echo "fla not importable"; } 2>&1 | tee "$OUT/machine.txt"
 case ",$PHASES," in *,tests,*)
-  workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || echo "")
-  python3 -m pytest -q -p no:cacheprovider $workers --durations=12 \
-    test/test_triton_attention.py test/test_triton_gated_deltanet.py test/test_triton_fused_ops.py \
+  workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${FLASHRT_TEST_WORKERS:-8}" || echo "")
+  timeout "$PT" python3 -m pytest -q -p no:cacheprovider $workers --durations=12 \
+    test/test_lerobot_cuda_graph.py test/test_triton_attention.py test/test_triton_gated_deltanet.py test/test_triton_fused_ops.py \
     test/test_models_cuda.py test/test_runtime_cuda.py test/test_hybrid_cuda.py \
     test/test_engine_cuda_graphs.py test/test_policy_cuda_graph.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
 esac
@@ -29,9 +31,13 @@ case ",$PHASES," in *,kernels,*)
   python3 -m flashrt_ros.benchmarks.kernel_attention --short 2>&1 | tee "$OUT/kernel_attention_short.txt" ;;
 esac
 case ",$PHASES," in *,capsules,*)
-  python3 -m flashrt_ros.benchmarks.capsules --out "$OUT/capsules.md" 2>&1 ;;
+  timeout "$PT" python3 -m flashrt_ros.benchmarks.capsules --out "$OUT/capsules.md" 2>&1 ;;
+esac
+case ",$PHASES," in *,policies,*)
+  timeout "$PT" python3 -m flashrt_ros.benchmarks.policies --steps 120 --out "$OUT/lerobot_policies_h200.md" \
+    --png "$OUT/lerobot_policies_h200.png" --json "$OUT/lerobot_policies_h200.json" 2>&1 | tee "$OUT/policies_log.txt" ;;
 esac
 case ",$PHASES," in *,llm,*)
-  python3 -m flashrt_ros.benchmarks.llm --device cuda --smollm2-random --time-budget-s "$BUDGET" --out "$OUT" "$@" 2>&1 \
+  timeout "$PT" python3 -m flashrt_ros.benchmarks.llm --device cuda --smollm2-random --time-budget-s "$BUDGET" --out "$OUT" "$@" 2>&1 \
     | tee "$OUT/llm_log.txt" ;;
 esac
