@@ -2,7 +2,7 @@
 # Everything that needs a CUDA GPU, in one go: the GPU tests, kernel and capsule benchmarks, the LLM benchmark.
 # Usage (from the repository root):
 #   flashrt_ros/benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra flashrt-bench args]
-#   PHASES: comma-separated subset of tests,kernels,capsules,policies,llm (default: tests,capsules,llm)
+#   PHASES: comma-separated subset of tests,kernels,capsules,policies,sessions,llm (default: tests,capsules,llm)
 #   FLASHRT_PHASE_TIMEOUT_S (default 600) bounds each phase, so one slow phase cannot eat the others'.
 # Wheels the GPU image lacks (fla) may be given in .whl/ (installed to /tmp/site).
 set -uo pipefail
@@ -36,6 +36,11 @@ esac
 case ",$PHASES," in *,policies,*)
   timeout "$PT" python3 -m flashrt_ros.benchmarks.policies --steps 120 --out "$OUT/lerobot_policies_h200.md" \
     --png "$OUT/lerobot_policies_h200.png" --json "$OUT/lerobot_policies_h200.json" 2>&1 | tee "$OUT/policies_log.txt" ;;
+esac
+case ",$PHASES," in *,sessions,*)
+  for model in random-hybrid-tiny random-llama-tiny; do
+    timeout "$PT" python3 -m flashrt_ros.benchmarks.sessions --model "$model" --positions 16 128 512 --reps 200 2>&1
+  done | tee "$OUT/sessions_h200.md" ;;
 esac
 case ",$PHASES," in *,llm,*)
   timeout "$PT" python3 -m flashrt_ros.benchmarks.llm --device cuda --smollm2-random --time-budget-s "$BUDGET" --out "$OUT" "$@" 2>&1 \
