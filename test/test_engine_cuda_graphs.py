@@ -38,7 +38,9 @@ def test_restore_under_captured_graphs_reproduces_tokens():
     graph.generate(" detour", max_new_tokens=5, stop_ids=[])
     graph.capsules.restore("g")
     assert graph.generate([], max_new_tokens=12, stop_ids=[]).token_ids == rest
-    assert graph.capsules.verify("g").ok
+    first = graph.capsules.verify("g")      # CUDA device tier: no hash taken at snapshot time
+    assert first.ok or not first.verified, first.detail
+    assert graph.capsules.verify("g").ok    # compares with the hashes the first verify recorded
 
 
 def test_prefill_graph_of_a_chunk_that_fills_the_context_captures_and_matches_eager():

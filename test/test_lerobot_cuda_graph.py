@@ -36,11 +36,11 @@ def test_captured_step_matches_eager_and_cpu_and_survives_restore(name, tmp_path
     a_graph = []
     for i, o in enumerate(obs):
         if i == 6:
-            graph.snapshot("mid")
+            graph.capsules.snapshot("mid")
         a_graph.append(graph.step(o))
     a_graph = torch.stack(a_graph)
     torch.testing.assert_close(a_graph, a_eager, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(a_graph.cpu(), a_cpu, rtol=1e-3, atol=1e-3)
-    graph.restore("mid")
+    graph.capsules.restore("mid")
     again = torch.stack([graph.step(o) for o in obs[6:]])
     assert torch.equal(again, a_graph[6:])
