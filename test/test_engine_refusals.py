@@ -52,6 +52,17 @@ def test_refused_engine_request_leaves_the_arena_byte_identical(tiny, case):
     assert engine.arena.block.equal(before)
 
 
+@pytest.mark.parametrize("prompt, error", [([1] * 80, ContextOverflow), ([-4], InvalidArgument),
+                                           ("", InvalidArgument)], ids=["too-long", "bad-id", "empty"])
+def test_a_prompt_that_cannot_start_a_fresh_transcript_is_refused_before_any_reset(tiny, prompt, error):
+    engine = used_engine(tiny)
+    before = engine.arena.block.clone()
+    with pytest.raises(error):
+        engine.check_fresh_request(prompt, chat=False)
+    assert engine.arena.block.equal(before)
+    engine.check_fresh_request([1] * 60, chat=False)           # fits an empty transcript of 64
+
+
 def test_empty_prompt_on_an_empty_context_is_refused_and_changes_nothing(tiny):
     engine = make_engine(tiny)
     before = engine.arena.block.clone()

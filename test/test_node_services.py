@@ -230,16 +230,18 @@ def test_budget_exhausted_is_an_error_not_a_crash(tmp_path, ros_node):  # noqa: 
     {"temperature": -1.0}, {"temperature": math.nan}, {"temperature": math.inf}, {"top_p": 1.5},
     {"top_p": math.nan}, {"top_k": -1}, {"temperature": -1.0, "reset": True},
     {"prompt": "", "reset": True}, {"top_p": -0.5, "session": "elsewhere"},
+    {"prompt": "word " * 40_000, "reset": True, "code": ErrorCode.CONTEXT_OVERFLOW},
 ], ids=["temperature<0", "temperature-nan", "temperature-inf", "top_p>1", "top_p-nan", "top_k<0",
-        "bad-field-with-reset", "reset-empty-prompt", "bad-field-with-session"])
+        "bad-field-with-reset", "reset-empty-prompt", "bad-field-with-session", "reset-too-long-prompt"])
 def test_invalid_generate_fields_are_refused_and_change_no_live_byte(client, fields):
     generate(client, "state that must survive", 3, reset=True)
     client.call("snapshot", name="pre_refusal", overwrite=True)
     fields = dict(fields)
     prompt = fields.pop("prompt", "more")
+    code = fields.pop("code", ErrorCode.INVALID_ARGUMENT)
     outcome = client.generate(prompt, max_new_tokens=3, use_chat_template=False, timeout_s=60, **fields)
     assert outcome.accepted and not outcome.result.success
-    assert outcome.result.error_code == int(ErrorCode.INVALID_ARGUMENT), outcome.result.message
+    assert outcome.result.error_code == int(code), outcome.result.message
     assert "Traceback" not in outcome.result.message
     assert client.call("verify", name="pre_refusal", against_live=True).matches_live
 

@@ -243,6 +243,16 @@ class LLMEngine:
         self._last_result = {"stop_reason": reason, "new_tokens": len(emitted), **timings}
         return result
 
+    def check_fresh_request(self, prompt: str | Sequence[int], *, chat: bool) -> None:
+        """Refuse a prompt that could not start an empty transcript, without touching the arena.
+
+        Why: a caller that resets before generating (Generate's ``reset``) asks
+        this first, so a refused request leaves the old state in place.
+        """
+        ids = prompt_ids(self.tokenizer, self.arena, prompt, chat=chat, position=0, has_pending=0)
+        check_fits(ids, position=0, has_pending=0, max_context=self.max_context)
+        check_ids(ids, vocab_size=self.model.vocab_size, position=0, has_pending=0)
+
     def _setup_request(self, prompt: str | Sequence[int], chat: bool,
                        sampling: SamplingParams | None) -> tuple[list[int], int]:
         """Tokenise the prompt and write request settings, as one committed step if anything changed.

@@ -388,6 +388,8 @@ class FlashRTNode(LifecycleNode):
                                       seed=int(goal.seed) if goal.seed else None)
             if goal.reset and not goal.prompt:
                 raise InvalidArgument("reset with an empty prompt: there would be nothing to continue from")
+            if goal.reset:
+                engine.check_fresh_request(goal.prompt, chat=bool(goal.use_chat_template))
             if goal.session:
                 engine.capsules.switch_session(goal.session, timeout=self._config.boundary_timeout_s)
             if self.get_parameter("rollback_on_cancel").value:     # after the switch: this session's start
