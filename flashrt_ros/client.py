@@ -26,8 +26,8 @@ from rclpy.task import Future
 
 from flashrt_ros.action import Generate
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
-from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save, Snapshot,
-                             Unpin, Verify)
+from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
+                             Snapshot, Unpin, Verify)
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
@@ -44,6 +44,7 @@ SERVICES: dict[str, tuple[type, str]] = {
     "verify": (Verify, "verify"),
     "pin": (Pin, "pin"),
     "unpin": (Unpin, "unpin"),
+    "close_session": (CloseSession, "close_session"),
     "pause": (Trigger, "pause"),
     "resume": (Trigger, "resume"),
     "reset": (Trigger, "reset"),

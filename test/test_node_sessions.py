@@ -158,3 +158,18 @@ def test_policy_status_reports_busy_live_bytes_and_session(tmp_path, ros_node): 
             stop.set()
             feeder.join(5)
             ros_node.destroy_publisher(pub)
+
+
+def test_close_session_frees_a_parked_session_and_refuses_the_current_one(client):
+    first = turn(client, "the robot picks up", True, session="to_close", reset=True)
+    turn(client, "once upon a time", True, session="keeper", reset=True)
+    current = client.call("close_session", session="keeper", check=False)
+    assert not current.success and current.error_code == int(ErrorCode.INVALID_ARGUMENT), current.message
+    closed = client.call("close_session", session="to_close", check=False)
+    assert closed.success, closed.message
+    again = client.call("close_session", session="to_close", check=False)
+    assert not again.success and again.error_code == int(ErrorCode.NOT_FOUND), again.message
+    bad = client.call("close_session", session="../x", check=False)
+    assert not bad.success and bad.error_code == int(ErrorCode.INVALID_NAME), bad.message
+    # the closed session's transcript is gone: the same opening starts cold and draws the same tokens
+    assert turn(client, "the robot picks up", True, session="to_close") == first

@@ -13,12 +13,12 @@ Transitions (ros2/demos lifecycle_py style):
 
 Services (always advertised; NOT_ACTIVE unless active), under ~/ (default
 /flashrt/...): snapshot restore fork rollback drop list save load verify pin
-unpin, plus std_srvs/Trigger reset, pause, resume. Each calls the engine's
+unpin close_session, plus std_srvs/Trigger reset, pause, resume. Each calls the engine's
 capsule surface (``engine.capsules``, runtime/capsule_verbs.py). Those that
 touch the live state are executed at a committed boundary (between two steps),
 then answered; a request that waits longer than ``boundary_timeout_s`` for a
 boundary answers TIMEOUT and changes nothing. The store-only ones (fork, drop,
-list, save, load, pin, unpin, stored verify) never hold the engine. No exception
+list, save, load, pin, unpin, close_session, stored verify) never hold the engine. No exception
 ever crosses a service: the response carries success/error_code/message, every
 response is proven serializable before it is returned, and the executor loop
 (``spin_until_shutdown``) survives any exception, so the node keeps running.
@@ -58,8 +58,8 @@ from flashrt_ros.ros.robot_io_params import declare_robot_io_parameters, read_ro
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.runtime.disk import capsule_path
 from flashrt_ros.runtime.errors import ErrorCode, FlashRTError, InvalidArgument, NotActive
-from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save, Snapshot,
-                             Unpin, Verify)
+from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
+                             Snapshot, Unpin, Verify)
 
 
 class FlashRTNode(LifecycleNode):
@@ -210,13 +210,13 @@ class FlashRTNode(LifecycleNode):
             (Drop, "drop", self._do_drop), (ListCapsules, "list", self._do_list),
             (Save, "save", self._do_save), (Load, "load", self._do_load),
             (Verify, "verify", self._do_verify), (Pin, "pin", self._do_pin),
-            (Unpin, "unpin", self._do_unpin),
+            (Unpin, "unpin", self._do_unpin), (CloseSession, "close_session", self._do_close_session),
             (Trigger, "reset", self._do_reset), (Trigger, "pause", self._do_pause),
             (Trigger, "resume", self._do_resume),
         ]
         # Verbs that only touch the capsule store (and the disk) do not hold the engine: the
         # store has its own lock, and a slow disk must not stall generation.
-        store_only = {"fork", "drop", "list", "save", "load", "verify", "pin", "unpin"}
+        store_only = {"fork", "drop", "list", "save", "load", "verify", "pin", "unpin", "close_session"}
         self._state_services = [
             self.create_service(srv, f"~/{name}", self._serve(name, handler, name not in store_only),
                                 qos_profile=SERVICE_QOS, callback_group=self._state_group)
@@ -327,6 +327,10 @@ class FlashRTNode(LifecycleNode):
     def _do_unpin(self, capsules: Any, req: Any, resp: Any) -> None:
         resp.capsule = conv.capsule_info(capsules.unpin(req.name))
         resp.message = f"unpinned {req.name}"
+
+    def _do_close_session(self, capsules: Any, req: Any, resp: Any) -> None:
+        capsules.close_session(req.session)
+        resp.message = f"closed session {req.session} (its parked state is freed)"
 
     def _do_reset(self, capsules: Any, req: Any, resp: Any) -> None:
         capsules.reset()

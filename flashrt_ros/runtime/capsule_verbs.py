@@ -101,6 +101,10 @@ class CapsuleVerbs:
         """Forget capsule ``name`` and delete its files."""
         self.store.drop(name)
 
+    def close_session(self, session: str) -> None:
+        """Forget parked ``session`` and free its parked capsule (the current one is refused)."""
+        self.sessions.close(session)
+
     def list(self, *, session: str | None = None) -> list[CapsuleSummary]:
         """Metadata of every capsule (only ``session``'s when given), oldest first."""
         return [c for c in self.store.list() if not session or c.session == session]
