@@ -1,4 +1,5 @@
-"""Sessions, pin/unpin and runtime parameters through a real node (tiny random Llama, subprocess)."""
+"""Sessions, pin/unpin and runtime parameters through a real node (subprocess; SmolLM2 on the CPU,
+see test_node_services.py for why the tiny params file does not reach it)."""
 from __future__ import annotations
 
 import threading
