@@ -1,8 +1,8 @@
 """Bounded torture run against a real node: concurrent mixed verbs, fuzzed fields, kill -9 during saves.
 
 Usage: ``python test/torture.py [--seconds 60] [--clients 3] [--kills 2] [--seed 1]``
-(``test/test_torture.py`` runs a short mode). It starts a node (tiny random Llama,
-test/params_tiny_llm.yaml) in a subprocess and, for ``--seconds``:
+(``test/test_torture.py`` runs a short mode). It starts a node (SmolLM2 on the CPU: the
+namespaced node does not get test/params_tiny_llm.yaml) in a subprocess and, for ``--seconds``:
 
 - ``--clients`` threads call random verbs (snapshot, restore, fork, drop, list, save,
   load, verify with and without ``against_live``, rollback, reset, generate) with names
