@@ -249,9 +249,16 @@ class LLMEngine:
         Why: a caller that resets before generating (Generate's ``reset``) asks
         this first, so a refused request leaves the old state in place.
         """
-        ids = prompt_ids(self.tokenizer, self.arena, prompt, chat=chat, position=0, has_pending=0)
-        check_fits(ids, position=0, has_pending=0, max_context=self.max_context)
-        check_ids(ids, vocab_size=self.model.vocab_size, position=0, has_pending=0)
+        self._checked_ids(prompt, chat, position=0, has_pending=0)
+
+    def _checked_ids(self, prompt: str | Sequence[int], chat: bool, *, position: int,
+                     has_pending: int) -> tuple[list[int], int]:
+        """The prompt's ids and the transcript length after them, every refusal checked (nothing written)."""
+        ids = prompt_ids(self.tokenizer, self.arena, prompt, chat=chat, position=position,
+                         has_pending=has_pending)
+        needed = check_fits(ids, position=position, has_pending=has_pending, max_context=self.max_context)
+        check_ids(ids, vocab_size=self.model.vocab_size, position=position, has_pending=has_pending)
+        return ids, needed
 
     def _setup_request(self, prompt: str | Sequence[int], chat: bool,
                        sampling: SamplingParams | None) -> tuple[list[int], int]:
@@ -263,10 +270,7 @@ class LLMEngine:
         """
         with self.gate.step():
             position, has_pending = self.runner.scalars()
-            ids = prompt_ids(self.tokenizer, self.arena, prompt, chat=chat, position=position,
-                             has_pending=has_pending)
-            needed = check_fits(ids, position=position, has_pending=has_pending, max_context=self.max_context)
-            check_ids(ids, vocab_size=self.model.vocab_size, position=position, has_pending=has_pending)
+            ids, needed = self._checked_ids(prompt, chat, position=position, has_pending=has_pending)
             if sampling is not None or ids:
                 self.store.ring.before_step()
                 try:
