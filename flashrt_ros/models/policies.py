@@ -318,14 +318,17 @@ REFERENCE_POLICIES = {"gru": GRUPolicy, "transformer": ChunkedTransformerPolicy}
 LEROBOT_PREFIX = "lerobot:"
 
 
-def make_policy(spec: str) -> PolicyModule:
+def make_policy(spec: str, dtype: torch.dtype = torch.float32) -> PolicyModule:
     """``'gru'``, ``'transformer'``, ``'lerobot:<checkpoint dir>'`` (ACT, Diffusion Policy), or
-    ``'package.module:factory'`` (a callable returning a PolicyModule)."""
+    ``'package.module:factory'`` (a callable returning a PolicyModule).
+
+    ``dtype`` applies to LeRobot checkpoints (float32, bfloat16, float16); the others are float32.
+    """
     if spec in REFERENCE_POLICIES:
         return REFERENCE_POLICIES[spec]()
     if spec.startswith(LEROBOT_PREFIX):
         from flashrt_ros.models.lerobot import load_lerobot_policy
-        return load_lerobot_policy(spec[len(LEROBOT_PREFIX):])
+        return load_lerobot_policy(spec[len(LEROBOT_PREFIX):], dtype=dtype)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise InvalidArgument(f"policy {spec!r}: use one of {sorted(REFERENCE_POLICIES)}, "
