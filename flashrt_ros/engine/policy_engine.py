@@ -121,8 +121,9 @@ class PolicyEngine:
         with self.gate.step():
             replan = None if self._queue is None else self._left.get() == 0
             self.store.ring.before_step()
-            for name, value in inputs.items():
-                self._inputs[name].copy_(value, non_blocking=True)
+            if replan is not False or self._queue.pop_reads_observation:
+                for name, value in inputs.items():
+                    self._inputs[name].copy_(value, non_blocking=True)
             try:
                 self._runners[replan]()
             except BaseException:
@@ -136,6 +137,14 @@ class PolicyEngine:
             torch.cuda.synchronize(self.device)
         self._latencies_ns.append(time.perf_counter_ns() - t0)
         return action
+
+    def next_step_replans(self) -> bool | None:
+        """Whether the next step plans a new chunk (None: the policy has no action queue).
+
+        From the host mirror of the queue fill: no device read unless the state was
+        written from outside since the last step. Call between steps.
+        """
+        return None if self._queue is None else self._left.get() == 0
 
     @property
     def episode_seed(self) -> int | None:

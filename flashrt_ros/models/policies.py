@@ -59,6 +59,7 @@ class ActionQueue:
 
     left: str       # int64 arena scalar: actions left in the queue
     refill: int     # actions a replan puts into the queue
+    pop_reads_observation: bool = True   # False: a pop ignores the observation (the engine skips its copy)
 
 
 def pop_queue(queue: Tensor, left: Tensor) -> Tensor:

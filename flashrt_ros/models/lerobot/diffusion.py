@@ -12,8 +12,9 @@ is one CUDA graph and a pop (history update, queue pop) another; the engine
 chooses between them on the host (``action_queue``).
 
 Speed at batch 1 (the UNet reads ~1 GB of fp32 weights per denoising step): the
-1-D convolutions run as GEMMs over weights stored once in the layout the GEMM
-reads (``GemmConv1d``: no per-call layout transposes), and the FiLM
+1-D convolutions read weights stored once in the layout cuDNN wants
+(``LaidOutConv1d``: no per-call weight transposes), each block's GroupNorm,
+Mish and FiLM or residual add is one fused kernel on CUDA, and the FiLM
 conditioning of all K timesteps is computed in one batch per replan. The
 sample and the scheduler arithmetic stay fp32; with bf16 / fp16 weights only
 the networks run in the low precision.
@@ -39,6 +40,7 @@ from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
 from flashrt_ros.models.policies import RNG_SEED, ActionQueue, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
+from flashrt_ros.ops.group_norm import group_norm_mish
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
 
@@ -172,32 +174,28 @@ class SinusoidalPosEmb(nn.Module):
         return torch.cat((emb.sin(), emb.cos()), dim=-1)
 
 
-class GemmConv1d(nn.Conv1d):
-    """``nn.Conv1d`` (same parameters and state-dict shape) computed as one GEMM over an im2col copy.
+class LaidOutConv1d(nn.Conv1d):
+    """``nn.Conv1d`` (same parameters and state-dict shape) whose weight is stored once as ``(out, k, in)``.
 
-    Why: at batch 1 and a horizon of ~16 a convolution is a weight-bound matrix
-    product; cuDNN re-lays-out NCW activations and weights on every call (the
-    transposes cost as much as the convolutions on an H200). The weight is kept
-    in memory as ``(out, k, in)`` (strides of a ``(out, in, k)`` tensor), so
-    ``weight.permute(0, 2, 1)`` flattens to the GEMM operand without a copy;
-    ``load_state_dict`` and ``.to()`` keep that layout.
+    Why: cuDNN's batch-1 kernels on Hopper want channels-last weights; an NCW
+    weight is re-laid-out on every call (``nchwToNhwcKernel``). Stored with the
+    strides of ``(out, k, in)``, it is read as it lies; ``load_state_dict`` and
+    ``.to()`` keep the layout. ``gemm_conv1d`` (the same convolution as one GEMM
+    over an im2col copy) is the measured alternative (``benchmarks.policy_profile``).
     """
 
     def __init__(self, cin: int, cout: int, k: int, stride: int = 1, padding: int = 0) -> None:
         super().__init__(cin, cout, k, stride=stride, padding=padding)
         self.weight = nn.Parameter(self.weight.data.permute(0, 2, 1).contiguous().permute(0, 2, 1))
 
-    def forward(self, x: Tensor) -> Tensor:
-        (k,), (stride,), (pad,) = self.kernel_size, self.stride, self.padding
-        w = self.weight.permute(0, 2, 1).reshape(self.out_channels, -1)       # (out, k * in), a view
-        if k == 1 and stride == 1 and pad == 0:
-            cols = x
-        else:
-            cols = F.pad(x, (pad, pad)).unfold(2, k, stride)                  # (B, in, T', k)
-            cols = cols.permute(0, 3, 1, 2).reshape(x.shape[0], k * x.shape[1], -1)
-        if x.shape[0] == 1:
-            return torch.addmm(self.bias.unsqueeze(1), w, cols[0]).unsqueeze(0)
-        return torch.baddbmm(self.bias.view(1, -1, 1), w.expand(x.shape[0], -1, -1), cols)
+
+def gemm_conv1d(conv: nn.Conv1d, x: Tensor) -> Tensor:
+    """``conv(x)`` as one GEMM: im2col copy of ``x`` times the weight flattened as ``(out, k * in)``."""
+    (k,), (stride,), (pad,) = conv.kernel_size, conv.stride, conv.padding
+    w = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, -1)       # a view for LaidOutConv1d
+    cols = F.pad(x, (pad, pad)).unfold(2, k, stride)                       # (B, in, T', k)
+    cols = cols.permute(0, 3, 1, 2).reshape(x.shape[0], k * x.shape[1], -1)
+    return torch.baddbmm(conv.bias.view(1, -1, 1), w.expand(x.shape[0], -1, -1), cols)
 
 
 class Conv1dBlock(nn.Module):
@@ -205,10 +203,12 @@ class Conv1dBlock(nn.Module):
 
     def __init__(self, cin: int, cout: int, k: int, n_groups: int = 8) -> None:
         super().__init__()
-        self.block = nn.Sequential(GemmConv1d(cin, cout, k, padding=k // 2), nn.GroupNorm(n_groups, cout), Mish())
+        self.block = nn.Sequential(LaidOutConv1d(cin, cout, k, padding=k // 2), nn.GroupNorm(n_groups, cout), Mish())
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.block(x)
+    def forward(self, x: Tensor, film: Tensor | None = None, film_scale: bool = False,
+                residual: Tensor | None = None) -> Tensor:
+        """conv, then GroupNorm + Mish (+ FiLM, + residual) fused on CUDA (``ops.group_norm``)."""
+        return group_norm_mish(self.block[0](x), self.block[1], film=film, film_scale=film_scale, residual=residual)
 
 
 class ResidualBlock1d(nn.Module):
@@ -220,14 +220,12 @@ class ResidualBlock1d(nn.Module):
         self.conv1 = Conv1dBlock(cin, cout, k, n_groups)
         self.cond_encoder = nn.Sequential(Mish(), nn.Linear(cond_dim, 2 * cout if film_scale else cout))
         self.conv2 = Conv1dBlock(cout, cout, k, n_groups)
-        self.residual_conv = GemmConv1d(cin, cout, 1) if cin != cout else nn.Identity()
+        self.residual_conv = LaidOutConv1d(cin, cout, 1) if cin != cout else nn.Identity()
 
     def forward(self, x: Tensor, film: Tensor) -> Tensor:
         """``film``: this block's ``cond_encoder`` output for the step, ``(B, C', 1)`` (``ConditionalUnet1d.films``)."""
-        out = self.conv1(x)
-        out = torch.addcmul(film[:, self.out_channels:], film[:, :self.out_channels], out) if self.film_scale \
-            else out + film
-        return self.conv2(out) + self.residual_conv(x)
+        out = self.conv1(x, film=film, film_scale=self.film_scale)
+        return self.conv2(out, residual=self.residual_conv(x))
 
 
 class ConditionalUnet1d(nn.Module):
@@ -246,7 +244,7 @@ class ConditionalUnet1d(nn.Module):
             last = i >= len(in_out) - 1
             self.down_modules.append(nn.ModuleList([
                 ResidualBlock1d(cin, cout, **kw), ResidualBlock1d(cout, cout, **kw),
-                nn.Identity() if last else GemmConv1d(cout, cout, 3, 2, 1)]))
+                nn.Identity() if last else LaidOutConv1d(cout, cout, 3, 2, 1)]))
         d = c.down_dims[-1]
         self.mid_modules = nn.ModuleList([ResidualBlock1d(d, d, **kw), ResidualBlock1d(d, d, **kw)])
         self.up_modules = nn.ModuleList()
@@ -256,7 +254,7 @@ class ConditionalUnet1d(nn.Module):
                 ResidualBlock1d(2 * cin, cout, **kw), ResidualBlock1d(cout, cout, **kw),
                 nn.Identity() if last else nn.ConvTranspose1d(cout, cout, 4, 2, 1)]))
         self.final_conv = nn.Sequential(Conv1dBlock(c.down_dims[0], c.down_dims[0], c.kernel_size),
-                                        GemmConv1d(c.down_dims[0], c.action_dim, 1))
+                                        LaidOutConv1d(c.down_dims[0], c.action_dim, 1))
 
     def residual_blocks(self) -> list[ResidualBlock1d]:
         """Every FiLM-conditioned block, in the order ``run`` uses them."""
