@@ -338,6 +338,7 @@ class DiffusionPolicy(PolicyModule):
     LEFT = "policy.diffusion.queue_left"
     RNG_SEED = RNG_SEED
     PLANS = "policy.rng.plans"
+    NOISE = "noise.diffusion"     # input feature after ``noise_from_input()``: a plan's draws, flattened
 
     def __init__(self, cfg: DiffusionConfig, ckpt: LeRobotCheckpoint | None = None) -> None:
         super().__init__()
@@ -353,10 +354,31 @@ class DiffusionPolicy(PolicyModule):
                                    beta_start=cfg.beta_start, beta_end=cfg.beta_end)
         self.register_buffer("timesteps", torch.tensor([s.timestep for s in self.steps]), persistent=False)
         self.norm = PolicyNormalization(ckpt)
+        self.noise_input = False
+
+    def noise_from_input(self) -> DiffusionPolicy:
+        """Take each plan's noise from the observation instead of the counter RNG (call before building the engine).
+
+        Why: parity with another implementation (LeRobot draws from torch's global
+        RNG). The observation then carries ``NOISE``: ``(K + 1) * horizon * A``
+        values, row 0 the initial sample and row ``1 + j`` the DDPM variance noise
+        of reverse step ``j`` (unused where that step adds none), read on
+        replanning steps only. The noise is an input, not state: replaying an
+        episode from a capsule needs the same inputs, as with any observation.
+        """
+        self.noise_input = True
+        return self
+
+    def noise_shape(self) -> tuple[int, int, int]:
+        """``(K + 1, horizon, action_dim)``: the draws of one plan."""
+        return len(self.steps) + 1, self.cfg.horizon, self.cfg.action_dim
 
     # --- contract -------------------------------------------------------------------
     def input_features(self) -> dict[str, FeatureSpec]:
-        return feature_specs(self.cfg)
+        features = feature_specs(self.cfg)
+        if self.noise_input:
+            features[self.NOISE] = FeatureSpec((math.prod(self.noise_shape()),), "state")
+        return features
 
     def config(self) -> dict:
         return {"type": "diffusion", **{k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.cfg).items()}}
@@ -394,21 +416,24 @@ class DiffusionPolicy(PolicyModule):
         counter = plan * (len(self.steps) + 1) + draw
         return normal(seed, counter, c.horizon * c.action_dim).view(c.horizon, c.action_dim)
 
-    def denoise(self, global_cond: Tensor, seed: Tensor, plan: Tensor) -> Tensor:
+    def denoise(self, global_cond: Tensor, seed: Tensor, plan: Tensor, supplied: Tensor | None = None) -> Tensor:
         """The K-step reverse process from this plan's noise: normalised actions ``(horizon, A)``, fp32.
 
-        The sample and the scheduler arithmetic are fp32 whatever the weights'
-        dtype; only the UNet runs in it.
+        ``supplied``: the plan's draws ``noise_shape()`` from outside (``noise_from_input``),
+        else the counter RNG's. The sample and the scheduler arithmetic are fp32
+        whatever the weights' dtype; only the UNet runs in it.
         """
         c = self.cfg
         dtype = global_cond.dtype
         unet = self.diffusion.unet
         films = unet.films(self.timesteps, global_cond)
-        x = self.noise(seed, plan, 0).unsqueeze(0)
+        def draw(i: int) -> Tensor:
+            return (self.noise(seed, plan, i) if supplied is None else supplied[i].float()).unsqueeze(0)
+        x = draw(0)
         clip = c.clip_sample_range if c.clip_sample else None
         for j, coeffs in enumerate(self.steps):
             out = unet.run(x.to(dtype), [f[j:j + 1] for f in films]).float()
-            z = self.noise(seed, plan, 1 + j).unsqueeze(0) if coeffs.sigma > 0 else None
+            z = draw(1 + j) if coeffs.sigma > 0 else None
             x = reverse_step(c.noise_scheduler_type, c.prediction_type, coeffs, out, x, z, clip)
         return x[0]
 
@@ -440,7 +465,8 @@ class DiffusionPolicy(PolicyModule):
             images, env = hist.get("images"), hist.get("env")
             cond = self.diffusion.global_cond(hist["state"].to(dtype), None if images is None else images.to(dtype),
                                               None if env is None else env.to(dtype))
-            chunk = self.denoise(cond, arena[self.RNG_SEED], plans)
+            supplied = observation[self.NOISE].view(self.noise_shape()) if self.noise_input else None
+            chunk = self.denoise(cond, arena[self.RNG_SEED], plans, supplied)
             start = c.n_obs_steps - 1
             queue.copy_(chunk[start:start + c.n_action_steps])
             plans.add_(1)
