@@ -60,12 +60,12 @@ class RosHarness:
         return got
 
     def close(self) -> None:
+        self.executor.shutdown()          # first: no callback may run on a handle destroyed below
+        self._thread.join(5)
         for node in self.nodes:
             node._release_engine()
             self.executor.remove_node(node)
             node.destroy_node()
-        self.executor.shutdown()
-        self._thread.join(5)
         self.peer.destroy_node()
         rclpy.try_shutdown()
 

@@ -92,13 +92,19 @@ GENERATE_REFUSALS = [
                          ids=[c[0] for c in GENERATE_REFUSALS])
 def test_a_refused_generate_goal_changes_nothing(llm, fields, params, code):
     node, client = llm
+    _refused_without_a_trace(node, client, Generate.Goal(**{"top_p": 1.0, "max_new_tokens": 4, **fields}),
+                             params, code)
+
+
+def _refused_without_a_trace(node: Any, client: ActionClient, goal: Any, params: dict, code: int) -> None:
+    """Send ``goal`` with ``params`` set on the node: it must be refused with ``code``, changing nothing."""
     engine = node._engine
     engine.capsules.snapshot("refusal_probe", overwrite=True)
     before = _state(engine)
     node.set_parameters([Parameter(k, value=v) for k, v in params.items()])
-    node._config = node._read_config()
+    node._config = node._read_config()          # the LLM goal reads default_tier from the config
     try:
-        result = _run(client, Generate.Goal(**{"top_p": 1.0, "max_new_tokens": 4, **fields}))
+        result = _run(client, goal)
     finally:
         node.set_parameters([Parameter("default_tier", value="device")])
         node._config = node._read_config()
@@ -143,13 +149,4 @@ RUN_POLICY_REFUSALS = [
                          ids=[c[0] for c in RUN_POLICY_REFUSALS])
 def test_a_refused_run_policy_goal_changes_nothing(policy, fields, params, code):
     node, client = policy
-    engine = node._engine
-    engine.capsules.snapshot("refusal_probe", overwrite=True)
-    before = _state(engine)
-    node.set_parameters([Parameter(k, value=v) for k, v in params.items()])
-    try:
-        result = _run(client, RunPolicy.Goal(**fields))
-    finally:
-        node.set_parameters([Parameter("default_tier", value="device")])
-    assert not result.success and result.error_code == code, result.message
-    _assert_unchanged(engine, before)
+    _refused_without_a_trace(node, client, RunPolicy.Goal(**fields), params, code)

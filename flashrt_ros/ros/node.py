@@ -494,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        executor.shutdown()           # first: no callback may run on the handles released below
         node._release_engine()
-        executor.shutdown()
         node.destroy_node()
         if rclpy.ok():
             rclpy.try_shutdown()
