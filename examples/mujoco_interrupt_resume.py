@@ -319,10 +319,13 @@ class Demo:
         raise RuntimeError(f"[{label}] the episode did not finish within {timeout_s:g} s")
 
     def close(self) -> None:
-        if self.policy_node is not None:
-            self.policy_node._release_engine()
+        # Stop spinning first: releasing the engine destroys the policy's timer and subscriptions,
+        # and an executor still spinning would run a callback already taken on a destroyed handle
+        # ("exception was never retrieved: cannot use Destroyable because destruction was requested").
         self.executor.shutdown()
         self.thread.join(5)
+        if self.policy_node is not None:
+            self.policy_node._release_engine()
         for n in (self.node, self.policy_node, self.sim_node):
             if n is not None:
                 self.executor.remove_node(n)

@@ -10,6 +10,20 @@ style of nav2_simple_commander. Two flavours:
 - ``call(verb, **fields)`` blocks until the response (it spins the client's
   own node when nothing else spins it) and raises ``ServiceCallError`` on
   failure responses, timeouts or an absent node.
+
+Lost replies. A DDS service reply can be lost for good: Fast DDS drops it when
+the server has not yet matched the client's reply reader ("failed to send
+response (timeout)", ros2/ros2#1253), typically on a new client's first calls
+on a loaded machine. So every wait here is bounded and ends in ``TIMEOUT``
+(error code 13), and a request is re-sent only where a repeat cannot do
+anything one late request would not (``retry_safe``): read-only verbs (list,
+verify), idempotent ones (pin, unpin, save, pause, resume) and those that set
+the state to one named value (restore, reset, a snapshot with overwrite).
+Never re-sent: a snapshot without overwrite, fork, load (a repeat of an
+applied one answers ALREADY_EXISTS), drop and close_session (NOT_FOUND),
+rollback (it would go back twice) and a Generate goal (it may have been
+accepted: a goal whose acceptance never arrived is cancelled by its id
+instead). A lost result is asked for again once the goal's status says it ended.
 """
 from __future__ import annotations
 
@@ -19,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -30,6 +45,8 @@ from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, 
                              Snapshot, Unpin, Verify)
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
+
+_TERMINAL = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
 
 #: verb -> (service type, service name relative to the node's namespace)
 SERVICES: dict[str, tuple[type, str]] = {
@@ -49,6 +66,31 @@ SERVICES: dict[str, tuple[type, str]] = {
     "resume": (Trigger, "resume"),
     "reset": (Trigger, "reset"),
 }
+
+
+#: Verbs a lost reply may be re-sent for (see the module docstring); ``snapshot`` only with overwrite.
+RETRY_SAFE_VERBS = frozenset({"list", "verify", "pin", "unpin", "save", "pause", "resume", "restore",
+                              "reset"})
+#: How long one attempt waits for its reply before a retry-safe request is sent again (doubling).
+FIRST_ATTEMPT_S = 2.0
+#: After a goal's status says it ended, how long its result may take before it is asked for again.
+RESULT_GRACE_S = 2.0
+TIMEOUT_CODE = 13
+
+
+def retry_safe(verb: str, fields: dict[str, Any]) -> bool:
+    """Whether re-sending ``verb`` after a lost reply is safe (see the module docstring)."""
+    return verb in RETRY_SAFE_VERBS or (verb == "snapshot" and bool(fields.get("overwrite")))
+
+
+def resend_times(timeout_s: float, first_s: float = FIRST_ATTEMPT_S) -> list[float]:
+    """Offsets (s after the first send) at which a retry-safe request is sent again: 2, 6, 14, ..."""
+    times, at, step = [], first_s, first_s
+    while at < timeout_s:
+        times.append(at)
+        step *= 2
+        at += step
+    return times
 
 
 class ServiceCallError(RuntimeError):
@@ -84,6 +126,8 @@ class FlashRTClient:
         self._feedback_sub = node.create_subscription(
             Generate.Impl.FeedbackMessage, f"{self.namespace}/generate/_action/feedback",
             self._on_feedback, FEEDBACK_QOS)
+        self._sent_goal_ids: dict[int, Any] = {}     # generate_async future -> goal id, until answered
+        self._cancel_client: Any = None
         # Spin the node ourselves only if no executor owns it when we first wait.
         self._own_executor: Any = None
         self._decided = False
@@ -115,18 +159,48 @@ class FlashRTClient:
 
     def call(self, verb: str, *, timeout_s: float = 10.0, wait_s: float = 10.0,
              check: bool = True, **fields: Any) -> Any:
-        """Call and wait; raises ServiceCallError unless the response succeeded."""
+        """Call and wait; raises ServiceCallError unless the response succeeded.
+
+        ``wait_s`` bounds finding the service, ``timeout_s`` the reply. A
+        retry-safe request whose reply has not come is sent again (2 s, 6 s,
+        14 s, ... after the first); the first reply to any copy is the answer.
+        """
         client = self._clients[verb]
         deadline = time.monotonic() + wait_s
-        while not client.wait_for_service(timeout_sec=0.2):
+        while not client.wait_for_service(timeout_sec=min(0.2, wait_s)):
             if time.monotonic() > deadline:
                 raise ServiceCallError(
                     f"service {client.srv_name} not available after {wait_s:.1f} s "
-                    "(is the node running and active, and on the same ROS_DOMAIN_ID?)", 13)
-        future = client.call_async(self.request(verb, **fields))
-        response = self._wait(future, timeout_s)
+                    "(is the node running and active, and on the same ROS_DOMAIN_ID?)", TIMEOUT_CODE)
+        request = self.request(verb, **fields)
+        resends = resend_times(timeout_s) if retry_safe(verb, fields) else []
+        futures = [client.call_async(request)]
+        start = time.monotonic()
+        try:
+            while True:
+                answered = next((f for f in futures if f.done()), None)
+                if answered is not None:
+                    response = answered.result()
+                    break
+                left = start + timeout_s - time.monotonic()
+                if left <= 0:
+                    response = None
+                    break
+                if resends and time.monotonic() - start >= resends[0]:
+                    resends.pop(0)
+                    futures.append(client.call_async(request))
+                    continue
+                next_event = min(left, (start + resends[0] - time.monotonic()) if resends else left)
+                self._wait_any(futures, max(0.0, next_event))
+        finally:
+            for f in futures:
+                if not f.done():
+                    client.remove_pending_request(f)
         if response is None:
-            raise ServiceCallError(f"{client.srv_name}: no response within {timeout_s:.1f} s", 13)
+            sent = f" (sent {len(futures)} times)" if len(futures) > 1 else \
+                ("" if retry_safe(verb, fields) else "; not re-sent: it may have been applied")
+            raise ServiceCallError(f"{client.srv_name}: no response within {timeout_s:.1f} s "
+                                   f"(TIMEOUT{sent})", TIMEOUT_CODE)
         if check and not response.success:
             raise ServiceCallError(f"{verb} failed: {response.message}",
                                    getattr(response, "error_code", 0), response)
@@ -149,7 +223,14 @@ class FlashRTClient:
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))
         if feedback is not None:
             self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
-        return self._generate.send_goal_async(goal, goal_uuid=goal_id)
+        future = self._generate.send_goal_async(goal, goal_uuid=goal_id)
+        self._sent_goal_ids[id(future)] = goal_id
+        future.add_done_callback(lambda f: self._sent_goal_ids.pop(id(f), None))
+        return future
+
+    def sent_goal_id(self, future: Future) -> Any:
+        """The goal id of a ``generate_async`` future still waiting for its acceptance (else None)."""
+        return self._sent_goal_ids.get(id(future))
 
     def forget_feedback(self, handle: Any) -> None:
         """Stop delivering feedback of a finished goal (its late pieces are then dropped)."""
@@ -180,31 +261,72 @@ class FlashRTClient:
             if feedback is not None:
                 feedback(fb)
 
-        handle = self._wait(self.generate_async(prompt, feedback=on_feedback, wait_s=wait_s,
-                                                **fields), wait_s)
+        goal_future = self.generate_async(prompt, feedback=on_feedback, wait_s=wait_s, **fields)
+        handle = self._wait(goal_future, wait_s)
         if handle is None:
-            raise ServiceCallError("generate: no answer to the goal request", 13)
+            # Never re-sent: it may have been accepted. Cancel it by its id in case it was.
+            goal_id = self._sent_goal_ids.get(id(goal_future))
+            goal_future.cancel()
+            cancelled = goal_id is not None and self._wait(self.cancel_goal_id(goal_id), wait_s) is not None
+            raise ServiceCallError(
+                f"generate: no answer to the goal request within {wait_s:.1f} s (TIMEOUT); not re-sent, "
+                + ("a cancel was sent in case it was accepted" if cancelled else
+                   "and no answer to a cancel either: the goal may be running"), TIMEOUT_CODE)
+        self._sent_goal_ids.pop(id(goal_future), None)
         if not handle.accepted:
             return GenerateOutcome(result=None, accepted=False, status=0)
         try:
-            wrapped = self._wait(handle.get_result_async(), timeout_s)
+            wrapped = self.wait_result(handle, timeout_s)
         except KeyboardInterrupt as interrupt:
             interrupt.result = self._cancel(handle, wait_s)
             raise
         if wrapped is None:
             handle.cancel_goal_async()
-            raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s", 13)
+            raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s (TIMEOUT); a cancel "
+                                   "was sent", TIMEOUT_CODE)
         expected = len(wrapped.result.token_ids)
         complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
         self.forget_feedback(handle)
         return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
                                feedback_complete=complete)
 
+    def wait_result(self, handle: Any, timeout_s: float) -> Any:
+        """The goal's wrapped result, or None after ``timeout_s``.
+
+        The result travels as the reply of a get-result request, which can be
+        lost like any reply; the goal's status (its own topic) still says when it
+        ended. So once it has ended and no result came within ``RESULT_GRACE_S``,
+        the result is asked for again (read-only: safe to repeat).
+        """
+        futures = [handle.get_result_async()]
+        deadline = time.monotonic() + timeout_s
+        ended_at: float | None = None
+        while (left := deadline - time.monotonic()) > 0:
+            answered = next((f for f in futures if f.done()), None)
+            if answered is not None:
+                return answered.result()
+            if ended_at is None and handle.status in _TERMINAL:
+                ended_at = time.monotonic()
+            if ended_at is not None and time.monotonic() - ended_at >= RESULT_GRACE_S:
+                futures.append(handle.get_result_async())
+                ended_at = time.monotonic()
+            self._wait_any(futures, min(left, 0.2))
+        return None
+
+    def cancel_goal_id(self, goal_id: Any) -> Future:
+        """Ask the node to cancel goal ``goal_id`` (a goal whose acceptance never arrived)."""
+        from action_msgs.msg import GoalInfo
+        from action_msgs.srv import CancelGoal
+        if self._cancel_client is None:
+            self._cancel_client = self.node.create_client(
+                CancelGoal, f"{self.namespace}/generate/_action/cancel_goal")
+        return self._cancel_client.call_async(CancelGoal.Request(goal_info=GoalInfo(goal_id=goal_id)))
+
     def _cancel(self, handle: Any, wait_s: float) -> Any:
         """Cancel a goal and return its final result (the node stops at a committed boundary)."""
         if self._wait(handle.cancel_goal_async(), wait_s) is None:
             return None
-        wrapped = self._wait(handle.get_result_async(), wait_s)
+        wrapped = self.wait_result(handle, wait_s)
         return wrapped.result if wrapped is not None else None
 
     # --- plumbing -------------------------------------------------------
@@ -220,18 +342,23 @@ class FlashRTClient:
 
     def _wait(self, future: Future, timeout_s: float) -> Any:
         """Wait for a future whether or not another thread spins our node."""
+        self._wait_any([future], timeout_s)
+        return future.result() if future.done() else None
+
+    def _wait_any(self, futures: list[Future], timeout_s: float) -> None:
+        """Wait until one of ``futures`` is done or ``timeout_s`` passed (spinning our node if we own it)."""
         if not self._decided:
             self._decided = True
             if self.node.executor is None:
                 self._own_executor = SingleThreadedExecutor()
                 self._own_executor.add_node(self.node)
+        deadline = time.monotonic() + timeout_s
         if self._own_executor is not None:
             # Short slices: a KeyboardInterrupt is raised between them, not after timeout_s.
-            deadline = time.monotonic() + timeout_s
-            while not future.done() and (left := deadline - time.monotonic()) > 0:
-                self._own_executor.spin_until_future_complete(future, timeout_sec=min(left, 0.2))
+            while not any(f.done() for f in futures) and (left := deadline - time.monotonic()) > 0:
+                self._own_executor.spin_once(timeout_sec=min(left, 0.05))
         else:
             done = threading.Event()
-            future.add_done_callback(lambda _f: done.set())
-            done.wait(timeout_s)
-        return future.result() if future.done() else None
+            for f in futures:
+                f.add_done_callback(lambda _f: done.set())
+            done.wait(max(0.0, timeout_s))

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,16 +11,11 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 from std_msgs.msg import Float32MultiArray
 
+from waiting import wait_until  # noqa: F401 - re-exported: the robot-I/O tests' condition wait
 
-def wait_until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``cond`` until truthy (returns its value) or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+#: Input freshness for tests that are not about the stale-data stop (seconds; see ``policy_node``).
+GENEROUS_AGE_S = 5.0
 
 
 class RosHarness:
@@ -37,10 +31,17 @@ class RosHarness:
         self.nodes: list[Any] = []
 
     def policy_node(self, name: str, tmp: Path, **params: Any) -> Any:
-        """A configured and activated FlashRTNode (engine_kind=policy) under ``/<name>``."""
+        """A configured and activated FlashRTNode (engine_kind=policy) under ``/<name>``.
+
+        ``max_observation_age_s`` defaults to a generous ``GENEROUS_AGE_S`` here, not the node's
+        1.5 control periods (75 ms): on a loaded machine a tick can run that late after the
+        last receipt, and a test that is not about the stale-data stop then waited 30 s for
+        steps that the stop (rightly) refused. Tests of the stop set it themselves.
+        """
         from flashrt_ros.ros.node import FlashRTNode
         defaults = {"engine_kind": "policy", "policy": "gru", "device": "cpu",
                     "control_rate_hz": 20.0, "status_period_s": 0.2,
+                    "max_observation_age_s": GENEROUS_AGE_S,
                     "capsule_directory": str(tmp / f"{name}_capsules")}
         defaults.update(params)
         node = FlashRTNode("flashrt", namespace=f"/{name}",
@@ -59,12 +60,12 @@ class RosHarness:
         return got
 
     def close(self) -> None:
+        self.executor.shutdown()          # first: no callback may run on a handle destroyed below
+        self._thread.join(5)
         for node in self.nodes:
             node._release_engine()
             self.executor.remove_node(node)
             node.destroy_node()
-        self.executor.shutdown()
-        self._thread.join(5)
         self.peer.destroy_node()
         rclpy.try_shutdown()
 

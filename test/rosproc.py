@@ -40,8 +40,11 @@ def stop(proc: subprocess.Popen, timeout: float = 15.0) -> int:
 
 
 def wait_for_text(path: Path, text: str, timeout: float, proc: subprocess.Popen | None = None) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Whether ``text`` appears in ``path`` within ``timeout`` s x the machine's load factor."""
+    from waiting import load_factor
+    start, factor = time.monotonic(), load_factor()
+    while time.monotonic() - start < timeout * factor:
+        factor = max(factor, load_factor())
         if path.exists() and text in path.read_text(errors="replace"):
             return True
         if proc is not None and proc.poll() is not None:

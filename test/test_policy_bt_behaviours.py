@@ -8,6 +8,7 @@ from py_trees.common import Status
 from rclpy.task import Future
 
 from flashrt_ros.bt import Fork, Generate, PausePolicy, PolicyPaused, Restore, Rollback, Snapshot
+from flashrt_ros.bt import behaviours
 from flashrt_ros.runtime.errors import ErrorCode
 
 
@@ -18,6 +19,7 @@ class FakeClient:
         self.ready = ready
         self.sent: list[tuple[str, dict, Future]] = []
         self.goals: list[SimpleNamespace] = []
+        self.cancelled_ids: list = []
 
     def wait_for(self, verb, timeout_s):
         assert timeout_s == 0.0, "a behaviour must never wait for a service"
@@ -31,16 +33,28 @@ class FakeClient:
     def generate_ready(self):
         return self.ready
 
+    def sent_goal_id(self, future):
+        return next((g.goal_id for g in self.goals if g.future is future), None)
+
+    def cancel_goal_id(self, goal_id):
+        self.cancelled_ids.append(goal_id)
+        return Future()
+
     def generate_async(self, prompt, *, feedback=None, **fields):
         goal = SimpleNamespace(prompt=prompt, fields=fields, feedback=feedback, future=Future(),
-                               result_future=Future(), cancelled=False)
+                               result_future=Future(), cancelled=False, goal_id=f"goal{len(self.goals)}",
+                               result_requests=[])
+
+        def get_result_async():
+            goal.result_requests.append(Future() if goal.result_requests else goal.result_future)
+            return goal.result_requests[-1]
 
         def cancel_goal_async():
             goal.cancelled = True
             return Future()
 
-        goal.handle = SimpleNamespace(accepted=True, get_result_async=lambda: goal.result_future,
-                                      cancel_goal_async=cancel_goal_async)
+        goal.handle = SimpleNamespace(accepted=True, get_result_async=get_result_async,
+                                      cancel_goal_async=cancel_goal_async, status=2)    # EXECUTING
         self.goals.append(goal)
         return goal.future
 
@@ -252,3 +266,87 @@ def test_generate_cancels_its_goal_on_timeout_or_interruption(how):
     else:
         g.stop(Status.INVALID)
     assert goal.cancelled
+
+
+class FakeClock:
+    """behaviours' monotonic clock, advanced by the test (no sleeping)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(behaviours, "time", fake)
+    return fake
+
+
+@pytest.mark.parametrize("make,safe", [
+    (lambda c: Snapshot("s", c, "cap", overwrite=True), True),
+    (lambda c: Restore("r", c, "cap"), True),
+    (lambda c: PausePolicy("p", c), True),
+    (lambda c: Snapshot("s", c, "cap"), False),       # a repeat of an applied one: ALREADY_EXISTS
+    (lambda c: Rollback("b", c, 2), False),           # a repeat would go back twice
+    (lambda c: Fork("f", c, "a", "b"), False),
+], ids=["snapshot overwrite", "restore", "pause", "snapshot", "rollback", "fork"])
+def test_a_lost_reply_is_resent_only_where_that_is_safe_and_never_hangs(clock, make, safe):
+    client = FakeClient()
+    b = make(client)
+    b.tick_once()
+    assert len(client.sent) == 1
+    clock.now += 2.0                  # the first reply is lost: nothing ever completes sent[0]
+    b.tick_once()
+    assert b.status is Status.RUNNING and len(client.sent) == (2 if safe else 1)
+    if safe:
+        client.sent[1][2].set_result(ok("answered the copy"))
+        b.tick_once()
+        assert b.status is Status.SUCCESS and b.feedback_message == "answered the copy"
+        assert client.sent[0][2].cancelled()          # the lost one is forgotten
+    else:
+        clock.now += behaviours.DEFAULT_TIMEOUT_S
+        b.tick_once()
+        assert b.status is Status.FAILURE and "TIMEOUT" in b.feedback_message
+        assert client.sent[0][2].cancelled()
+
+
+def test_a_slow_first_reply_still_counts_after_a_resend(clock):
+    client = FakeClient()
+    b = Restore("r", client, "cap")
+    b.tick_once()
+    clock.now += 2.0
+    b.tick_once()
+    client.sent[0][2].set_result(ok("the first one, late"))
+    b.tick_once()
+    assert b.status is Status.SUCCESS and b.feedback_message == "the first one, late"
+    assert client.sent[1][2].cancelled()
+
+
+def test_generate_goal_never_answered_is_cancelled_by_id_not_resent(clock):
+    client = FakeClient()
+    g = Generate("gen", client, "hello", timeout_s=10.0)
+    g.tick_once()
+    clock.now += 11.0                 # the goal response was lost
+    g.tick_once()
+    assert g.status is Status.FAILURE and "TIMEOUT" in g.feedback_message
+    assert len(client.goals) == 1 and client.cancelled_ids == ["goal0"]
+
+
+def test_generate_result_lost_after_the_goal_ended_is_asked_for_again(clock):
+    client = FakeClient()
+    g = Generate("gen", client, "hello", timeout_s=60.0)
+    g.tick_once()
+    goal = client.goals[0]
+    goal.future.set_result(goal.handle)
+    g.tick_once()
+    goal.handle.status = 4            # SUCCEEDED on the status topic; the result reply is lost
+    g.tick_once()
+    clock.now += behaviours.RESULT_GRACE_S
+    g.tick_once()
+    assert len(goal.result_requests) == 2 and g.status is Status.RUNNING
+    goal.result_requests[1].set_result(_result())
+    g.tick_once()
+    assert g.status is Status.SUCCESS and g.result.token_ids == [1, 2, 3]

@@ -11,6 +11,7 @@ from py_trees.common import Status
 from flashrt_ros.bt import PolicyPaused, Restore, Rollback, Snapshot
 from node_fixtures import ros_node  # noqa: F401 - fixture
 from rosproc import REPO, NodeUnderTest
+from waiting import scaled
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +36,8 @@ def run_tree(policy_node, ros_node):  # noqa: F811
     from std_msgs.msg import Float32MultiArray
     pub = ros_node.create_publisher(Float32MultiArray, f"{policy_node.namespace}/flashrt/observation", 10)
 
-    def run(root: py_trees.behaviour.Behaviour, timeout_s: float = 20.0) -> float:
-        worst, deadline, i = 0.0, time.monotonic() + timeout_s, 0
+    def run(root: py_trees.behaviour.Behaviour, timeout_s: float = 60.0) -> float:
+        worst, deadline, i = 0.0, time.monotonic() + scaled(timeout_s), 0
         while time.monotonic() < deadline:
             pub.publish(Float32MultiArray(data=[0.1 * (i % 7), -0.2, 0.0, 0.05, 0.5, -0.5]))
             t0 = time.perf_counter()
@@ -53,7 +54,7 @@ def run_tree(policy_node, ros_node):  # noqa: F811
     actions = []
     sub = ros_node.create_subscription(Float32MultiArray, f"{policy_node.namespace}/flashrt/action",
                                        actions.append, 10)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(60)
     while not actions and time.monotonic() < deadline:
         pub.publish(Float32MultiArray(data=[0.0, 0.0, 0.0, 0.0, 0.5, -0.5]))
         time.sleep(0.02)
@@ -85,7 +86,7 @@ def test_tree_snapshots_rolls_back_and_restores(client, run_tree):
 
 def test_failed_service_is_failure_with_the_node_message(client, run_tree):
     missing = Restore("restore missing", client, "bt_never_taken")
-    run_tree(missing, timeout_s=5.0)
+    run_tree(missing)
     assert missing.status is Status.FAILURE
     assert "NOT_FOUND" in missing.feedback_message and "bt_never_taken" in missing.feedback_message
 

@@ -19,7 +19,7 @@ import pytest
 
 from capsule_files import read_manifest
 from flashrt_ros.runtime import disk
-from flashrt_ros.runtime.errors import AlreadyExists, CapsuleIOError
+from flashrt_ros.runtime.errors import AlreadyExists, CapsuleIOError, CapsuleNotFound
 from flashrt_ros.runtime.store import CapsuleStore
 from flashrt_ros.runtime.toy import ToyEngine, live_bytes, toy_arena
 
@@ -54,14 +54,14 @@ def loaded_digest(directory, name: str = "cap") -> str:
 def instrument(monkeypatch, at: int, action) -> list[str]:
     """Call ``action(step)`` just before filesystem step number ``at`` of every save."""
     seen: list[str] = []
-    originals = {"write temp": disk.save_file, "fsync": disk._fsync_path, "rename": os.replace}
+    originals = {"write temp": disk.write_safetensors, "fsync": disk._fsync_path, "rename": os.replace}
 
     def hook(step: str) -> None:
         seen.append(step)
         if len(seen) - 1 == at:
             action(step)
 
-    def save_file(*a, **k):
+    def write_safetensors(*a, **k):
         hook("write temp")
         return originals["write temp"](*a, **k)
 
@@ -73,7 +73,7 @@ def instrument(monkeypatch, at: int, action) -> list[str]:
         hook("rename")
         return originals["rename"](*a, **k)
 
-    monkeypatch.setattr(disk, "save_file", save_file)
+    monkeypatch.setattr(disk, "write_safetensors", write_safetensors)
     monkeypatch.setattr(disk, "_fsync_path", fsync)
     monkeypatch.setattr(disk.os, "replace", replace)
     return seen
@@ -124,7 +124,7 @@ def crash_at(fn):
             os._exit(17)          # like kill -9: no cleanup, no finally
         return fn(*a, **k)
     return wrapped
-disk.save_file = crash_at(disk.save_file)
+disk.write_safetensors = crash_at(disk.write_safetensors)
 disk._fsync_path = crash_at(disk._fsync_path)
 disk.os.replace = crash_at(os.replace)
 store.load("cap")
@@ -148,7 +148,7 @@ def test_a_kill_between_any_two_save_steps_leaves_the_old_or_the_new_capsule(tmp
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == (17 if at < len(STEPS) else 0), out.stderr
     temps_left = len(disk.temp_files(tmp_path))
-    assert temps_left == (1 if at in (1, 2) else 0)      # killed after the temp file existed, before the rename
+    assert temps_left == (1 if at <= STEPS.index("rename") else 0)   # the temp file is created before its bytes
     fresh_arena, _, fresh = make_store(tmp_path, steps=1)
     assert fresh.stats()["disk"]["orphans_removed"] == temps_left
     assert not disk.temp_files(tmp_path)
@@ -209,11 +209,12 @@ def test_orphaned_temp_files_are_removed_at_start_and_counted(tmp_path):
                           text=True).stdout.strip()
     (tmp_path / f".cap.{dead}.0123abcd.tmp").write_bytes(b"x" * 1000)
     (tmp_path / f".old.{dead}.89abcdef.safetensors.tmp").write_bytes(b"y" * 24)     # format 1's temp names
+    (tmp_path / ".tmpAb3xY9").write_bytes(b"w" * 100)       # safetensors.save_file's own, left by old versions
     mine = tmp_path / f".busy.{os.getpid()}.00000000.tmp"                            # a live writer's
     mine.write_bytes(b"z" * 10)
     _, _, store = make_store(tmp_path)
     stats = store.stats()["disk"]
-    assert (stats["orphans_removed"], stats["orphan_bytes_removed"]) == (2, 1024)
+    assert (stats["orphans_removed"], stats["orphan_bytes_removed"]) == (3, 1124)
     assert (stats["temp_files"], stats["temp_bytes"]) == (1, 10)      # in flight: reported, not removed
     assert sorted(os.listdir(tmp_path)) == [mine.name]
 
@@ -269,3 +270,140 @@ def test_drop_keeping_files_keeps_the_name_taken(tmp_path):
         store.snapshot("b")
     store.load("b")                      # the kept file is a capsule again
     assert store.get("b").on_disk
+
+
+BIG_SAVER = r"""
+import sys, torch
+from flashrt_ros.runtime.arena import BufferSpec, StateArena, core_meta_specs
+from flashrt_ros.runtime.store import CapsuleStore
+arena = StateArena(core_meta_specs() + [BufferSpec("big", (12 << 20,), torch.float32, group="recurrent")])
+arena["big"].uniform_()
+store = CapsuleStore(arena, "fp-big", device_budget_bytes=1 << 30, host_budget_bytes=1 << 30,
+                     disk_budget_bytes=1 << 30, directory=sys.argv[1])
+while True:                                 # overwrite the capsule on disk until killed
+    arena["big"].add_(1.0)
+    store.snapshot("cap", tier="disk", overwrite=True)
+"""
+
+
+def _big_store(directory):
+    import torch
+    from flashrt_ros.runtime.arena import BufferSpec, StateArena, core_meta_specs
+    arena = StateArena(core_meta_specs() + [BufferSpec("big", (12 << 20,), torch.float32, group="recurrent")])
+    return CapsuleStore(arena, "fp-big", device_budget_bytes=1 << 30, host_budget_bytes=1 << 30,
+                        disk_budget_bytes=1 << 30, directory=directory)
+
+
+def _hidden_files(directory) -> dict[str, int]:
+    out = {}
+    for entry in os.scandir(directory):
+        if entry.name.startswith("."):
+            try:
+                out[entry.name] = entry.stat().st_size
+            except FileNotFoundError:      # renamed or removed since the scan
+                pass
+    return out
+
+
+def test_kill_9_during_a_large_save_leaves_no_temp_byte_after_the_next_start(tmp_path):
+    """Killed while a 48 MB capsule's bytes are being written: the next store removes every temp
+    byte, counts it, and the capsule loads (safetensors' own .tmpXXXXXX files used to survive)."""
+    killed_mid_write = 0
+    for _attempt in range(5):      # the kill can land just after a rename: try again then
+        proc = subprocess.Popen([sys.executable, "-c", BIG_SAVER, str(tmp_path)], cwd=REPO, env=_env(),
+                                stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 300
+        # a condition, not a delay: kill once some temp file holds written bytes
+        while not any(size > 0 for size in _hidden_files(tmp_path).values()):
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "the saver never started writing"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        proc.stderr.close()
+        left = _hidden_files(tmp_path)
+        if any(left.values()):
+            killed_mid_write += 1
+            break
+    assert killed_mid_write, "no kill landed inside a write in 5 tries"
+    fresh = _big_store(tmp_path)
+    stats = fresh.stats()["disk"]
+    assert _hidden_files(tmp_path) == {}, "temp files survived the next start"
+    assert stats["orphans_removed"] == len(left) and stats["orphan_bytes_removed"] == sum(left.values())
+    assert (stats["temp_files"], stats["temp_bytes"]) == (0, 0)
+    if "cap" in fresh:                     # the kill may come before the first save completed
+        fresh.load("cap")
+        assert fresh.verify("cap").ok
+
+
+@pytest.fixture
+def blocked_write(monkeypatch):
+    """``arm()``: from then on a capsule write stops after a few bytes until ``release`` is set."""
+    started, release = threading.Event(), threading.Event()
+    original = disk.write_safetensors
+
+    def write(fd, tensors, metadata):
+        os.write(fd, b"partial")            # some temp bytes exist while the write is held
+        started.set()
+        assert release.wait(120), "test never released the write"
+        os.lseek(fd, 0, os.SEEK_SET)
+        return original(fd, tensors, metadata)
+
+    def arm():
+        monkeypatch.setattr(disk, "write_safetensors", write)
+    yield arm, started, release
+    release.set()
+
+
+def _in_thread(fn):
+    out: dict = {}
+    done = threading.Event()
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            out["error"] = exc
+        done.set()
+    threading.Thread(target=run, daemon=True).start()
+    return done, out
+
+
+def test_other_verbs_answer_while_a_save_writes_and_the_temp_file_is_counted(tmp_path, blocked_write):
+    arm, started, release = blocked_write
+    arena, engine, store = make_store(tmp_path)
+    store.snapshot("big")
+    store.snapshot("other", tier="disk")
+    arm()
+    saving, saved = _in_thread(lambda: store.save("big"))
+    assert started.wait(120)
+    # the store lock is free: list, stats and a stored verify of a disk capsule answer now
+    listed, out = _in_thread(lambda: (store.list(), store.stats(), store.verify("other")))
+    assert listed.wait(120), "list blocked behind the save's disk write"
+    assert not saving.is_set(), "the save finished early: the test proves nothing"
+    names, stats, report = out["value"]
+    assert sorted(c.name for c in names) == ["big", "other"] and report.ok
+    assert stats["disk"]["temp_files"] == 1 and stats["disk"]["temp_bytes"] > 0   # in flight, counted
+    expected = digest(arena)
+    release.set()
+    assert saving.wait(120) and "error" not in saved, saved.get("error")
+    assert store.get("big").on_disk and not disk.temp_files(tmp_path)
+    assert loaded_digest(tmp_path, "big") == expected
+
+
+def test_a_capsule_replaced_during_its_save_is_not_written(tmp_path, blocked_write):
+    arm, started, release = blocked_write
+    arena, engine, store = make_store(tmp_path)
+    store.snapshot("k")
+    arm()
+    saving, saved = _in_thread(lambda: store.save("k"))
+    assert started.wait(120)
+    engine.step()
+    store.snapshot("k", overwrite=True)       # the same layout in the same tier: must not reuse the bytes
+    release.set()
+    assert saving.wait(120)
+    assert isinstance(saved.get("error"), CapsuleNotFound), saved
+    assert os.listdir(tmp_path) == [] and not store.get("k").on_disk
+    assert store.verify("k").ok               # the new capsule's bytes match its own hashes
+    store.save("k")
+    assert loaded_digest(tmp_path, "k") == digest(arena)

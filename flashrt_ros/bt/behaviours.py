@@ -8,6 +8,15 @@ Why these rules:
   succeeded (py_trees_ros reports SUCCESS for any response). ``success=false``
   becomes FAILURE with the node's message (and error code) as
   ``feedback_message``; so do an absent server and a timeout.
+* **A lost reply is not a hang.** DDS can lose a service reply for good
+  (ros2/ros2#1253). Every behaviour has a deadline and then fails with
+  ``TIMEOUT`` in its feedback; a request that is safe to repeat
+  (``flashrt_ros.client.retry_safe``: list, verify, pin, unpin, save, pause,
+  resume, restore, reset, snapshot with overwrite) is re-sent while it waits
+  (2 s, 6 s, 14 s after the first), and the first reply to any copy counts.
+  A Generate goal is never re-sent; if its acceptance never arrives it is
+  cancelled by its goal id, and a result lost after the goal ended is asked
+  for again.
 * **Interruption is cheap and explicit.** When a higher-priority branch
   interrupts a behaviour, its pending service future is abandoned (a request
   already delivered may still be applied: services cannot be recalled) and a
@@ -25,9 +34,13 @@ from typing import Any, Iterator
 import py_trees
 from py_trees.common import Status
 
+from flashrt_ros.client import RESULT_GRACE_S, resend_times, retry_safe
 from flashrt_ros.runtime.errors import ErrorCode
 
-DEFAULT_TIMEOUT_S = 2.0   # capsule services answer in milliseconds; a second is already generous
+#: Capsule services answer in milliseconds, but one waits up to the node's boundary_timeout_s
+#: (5 s by default) for a boundary, and a loaded machine adds its own delays: a deadline of a
+#: few seconds failed healthy trees. Retry-safe requests are re-sent meanwhile (see above).
+DEFAULT_TIMEOUT_S = 15.0
 
 
 def _describe_failure(verb: str, response: Any) -> str:
@@ -44,50 +57,68 @@ class ServiceCall:
 
     def __init__(self, client: Any, verb: str, fields: dict[str, Any], timeout_s: float) -> None:
         self.client, self.verb, self.fields, self.timeout_s = client, verb, fields, timeout_s
-        self.future: Any = None
+        self.futures: list[Any] = []
+        self.sent_at: float | None = None
         self.deadline: float | None = None
         self.response: Any = None
         self.message = ""
+        self._resends = resend_times(timeout_s) if retry_safe(verb, fields) else []
+
+    @property
+    def future(self) -> Any:
+        """The first request's future (None before it is sent)."""
+        return self.futures[0] if self.futures else None
 
     def poll(self) -> Status:
         """RUNNING while pending; SUCCESS/FAILURE once answered, refused or timed out."""
         now = time.monotonic()
         if self.deadline is None:
             self.deadline = now + self.timeout_s
-        if self.future is None:
+        if not self.futures:
             if not self.client.wait_for(self.verb, 0.0):      # timeout 0: a readiness check, no sleep
                 if now < self.deadline:
                     return Status.RUNNING
                 self.message = f"{self.verb}: service not available within {self.timeout_s:g} s"
                 return Status.FAILURE
-            self.future = self.client.call_async(self.verb, **self.fields)
-        if self.future.cancelled():          # an rclpy future that was cancelled never becomes done
+            self.futures.append(self.client.call_async(self.verb, **self.fields))
+            self.sent_at = now
+        answered = next((f for f in self.futures if f.done() and not f.cancelled()), None)
+        if answered is not None:
+            self._forget_others(answered)
+            return self._outcome(answered)
+        if all(f.cancelled() for f in self.futures):   # an rclpy future that was cancelled never becomes done
             self.message = f"{self.verb}: request cancelled"
             return Status.FAILURE
-        if self.future.done():
-            return self._outcome()
         if now >= self.deadline:
             self.abandon()
-            self.message = f"{self.verb}: no response within {self.timeout_s:g} s (error TIMEOUT)"
+            sent = f", sent {len(self.futures)} times" if len(self.futures) > 1 else ""
+            self.message = f"{self.verb}: no response within {self.timeout_s:g} s (error TIMEOUT{sent})"
             return Status.FAILURE
+        if self._resends and now - self.sent_at >= self._resends[0]:
+            self._resends.pop(0)                       # a lost reply: send the same request again
+            self.futures.append(self.client.call_async(self.verb, **self.fields))
         return Status.RUNNING
 
     def abandon(self) -> None:
         """Stop waiting for the response (the server may still apply the request)."""
-        if self.future is not None and not self.future.done():
-            self.future.cancel()
-            _forget_pending(self.client, self.verb, self.future)
+        self._forget_others(None)
+
+    def _forget_others(self, keep: Any) -> None:
+        for f in self.futures:
+            if f is not keep and not f.done():
+                f.cancel()
+                _forget_pending(self.client, self.verb, f)
 
     @property
     def pending(self) -> bool:
-        return self.future is not None and not self.future.done() and not self.future.cancelled()
+        return any(not f.done() and not f.cancelled() for f in self.futures)
 
-    def _outcome(self) -> Status:
-        exc = self.future.exception()
+    def _outcome(self, future: Any) -> Status:
+        exc = future.exception()
         if exc is not None:
             self.message = f"{self.verb}: {type(exc).__name__}: {exc}"
             return Status.FAILURE
-        self.response = self.future.result()
+        self.response = future.result()
         if self.response is None:
             self.message = f"{self.verb}: empty response"
             return Status.FAILURE
@@ -224,8 +255,11 @@ class Generate(py_trees.behaviour.Behaviour):
 
     def _reset(self) -> None:
         self.goal_future: Any = None
+        self.goal_id: Any = None
         self.handle: Any = None
         self.result_future: Any = None
+        self.result_futures: list[Any] = []
+        self.ended_at: float | None = None
         self.result: Any = None
         self.pieces: list[str] = []
         self.deadline: float | None = None
@@ -242,6 +276,8 @@ class Generate(py_trees.behaviour.Behaviour):
                 return self._running_or_timeout(now, "generate: action server not available")
             self.goal_future = self.client.generate_async(
                 self.prompt, feedback=lambda fb: self.pieces.append(fb.text_piece), **self.goal_fields)
+            sent_goal_id = getattr(self.client, "sent_goal_id", None)      # test doubles may lack it
+            self.goal_id = sent_goal_id(self.goal_future) if sent_goal_id is not None else None
         if self.handle is None:
             if not self.goal_future.done():
                 return self._running_or_timeout(now, "generate: goal not answered")
@@ -250,10 +286,19 @@ class Generate(py_trees.behaviour.Behaviour):
                 self.feedback_message = "generate: goal rejected (another generation running, or node inactive)"
                 return Status.FAILURE
             self.result_future = self.handle.get_result_async()
-        if not self.result_future.done():
+            self.result_futures = [self.result_future]
+        answered = next((f for f in self.result_futures if f.done()), None)
+        if answered is None:
+            # a lost result reply: once the goal's status says it ended, ask again (read-only)
+            if self.ended_at is None and getattr(self.handle, "status", 0) in _TERMINAL:
+                self.ended_at = now
+            if self.ended_at is not None and now - self.ended_at >= RESULT_GRACE_S:
+                self.result_futures.append(self.handle.get_result_async())
+                self.ended_at = now
             self.feedback_message = f"generating: {len(self.pieces)} tokens"
             return self._running_or_timeout(now, "generate: no result")
-        self.result = self.result_future.result().result
+        self.result_future = answered
+        self.result = answered.result().result
         if not self.result.success:
             self.feedback_message = _describe_failure("generate", self.result)
             return Status.FAILURE
@@ -271,11 +316,17 @@ class Generate(py_trees.behaviour.Behaviour):
         if self.handle is not None and self.result_future is not None and not self.result_future.done():
             self.handle.cancel_goal_async()
         elif self.goal_future is not None and not self.goal_future.done():
+            # its acceptance never arrived: the goal may be running all the same, cancel it by id
             self.goal_future.cancel()
+            if self.goal_id is not None:
+                self.client.cancel_goal_id(self.goal_id)
 
     def terminate(self, new_status: Status) -> None:
         if new_status is Status.INVALID:
             self._cancel()
+
+
+_TERMINAL = (4, 5, 6)     # action_msgs/GoalStatus SUCCEEDED, CANCELED, ABORTED
 
 
 def _generate_ready(client: Any) -> bool:

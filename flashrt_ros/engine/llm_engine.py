@@ -251,6 +251,17 @@ class LLMEngine:
         """
         self._checked_ids(prompt, chat, position=0, has_pending=0)
 
+    def check_request(self, prompt: str | Sequence[int], *, chat: bool) -> None:
+        """Refuse a prompt that could not continue the live transcript, without touching the arena.
+
+        Why: a Generate goal that switches sessions first asks this on the
+        target session's state (at the switch's boundary), so a refused goal
+        undoes the switch instead of leaving the other session live. Call it at
+        a boundary.
+        """
+        position, has_pending = self.runner.scalars()
+        self._checked_ids(prompt, chat, position=position, has_pending=has_pending)
+
     def _checked_ids(self, prompt: str | Sequence[int], chat: bool, *, position: int,
                      has_pending: int) -> tuple[list[int], int]:
         """The prompt's ids and the transcript length after them, every refusal checked (nothing written)."""

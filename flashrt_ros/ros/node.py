@@ -386,25 +386,35 @@ class FlashRTNode(LifecycleNode):
         try:
             if engine is None or not self._active:
                 raise NotActive("node is not active")
-            # Every check that can refuse the goal runs before the session switch or reset writes.
+            # Every check that can refuse the goal runs before the reset writes; those that need the
+            # goal's session run there, at the switch's boundary, and a refusal undoes the switch.
             sampling = SamplingParams(temperature=float(goal.temperature), top_k=int(goal.top_k),
                                       top_p=1.0 if goal.top_p == 0.0 else float(goal.top_p),
                                       seed=int(goal.seed) if goal.seed else None)
+            chat = bool(goal.use_chat_template) and bool(goal.prompt)
             if goal.reset and not goal.prompt:
                 raise InvalidArgument("reset with an empty prompt: there would be nothing to continue from")
             if goal.reset:
                 engine.check_fresh_request(goal.prompt, chat=bool(goal.use_chat_template))
-            if goal.session:
-                engine.capsules.switch_session(goal.session, timeout=self._config.boundary_timeout_s)
-            if self.get_parameter("rollback_on_cancel").value:     # after the switch: this session's start
-                from flashrt_ros.ros.goal_capsule import GoalCapsule
-                capsule = GoalCapsule(engine, self._config.default_tier)
+            rollback_on_cancel = bool(self.get_parameter("rollback_on_cancel").value)
+
+            def prepare() -> Any:
+                """On the goal's session: its checks, then its start capsule (rollback_on_cancel)."""
+                if not goal.reset:
+                    engine.check_request(goal.prompt, chat=chat)
+                if rollback_on_cancel:
+                    from flashrt_ros.ros.goal_capsule import GoalCapsule
+                    return GoalCapsule(engine, self._config.default_tier)
+                return None
+
+            capsule = engine.capsules.enter_session(goal.session, prepare,
+                                                    timeout=self._config.boundary_timeout_s)
             if goal.reset:
                 engine.capsules.reset(timeout=self._config.boundary_timeout_s)
             default_tokens = int(self.get_parameter("max_new_tokens").value)     # applied live
             outcome = engine.generate(
                 goal.prompt, max_new_tokens=int(goal.max_new_tokens or default_tokens), sampling=sampling,
-                chat=bool(goal.use_chat_template) and bool(goal.prompt), on_token=on_token,
+                chat=chat, on_token=on_token,
                 should_stop=lambda: goal_handle.is_cancel_requested or not self._active)
             if capsule is not None:
                 cancelled = outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested
@@ -484,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        executor.shutdown()           # first: no callback may run on the handles released below
         node._release_engine()
-        executor.shutdown()
         node.destroy_node()
         if rclpy.ok():
             rclpy.try_shutdown()

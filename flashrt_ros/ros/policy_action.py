@@ -95,11 +95,13 @@ class PolicyActionServer:
                 raise NotActive("the policy node is not active")
             if goal.max_steps == 0 and goal.max_duration_s <= 0:
                 raise InvalidArgument("set max_steps or max_duration_s (a goal must end by itself)")
-            if goal.session:           # park the current session, make goal.session live (at a boundary)
-                engine.capsules.switch_session(goal.session,
-                                               timeout=self._node.get_parameter("boundary_timeout_s").value)
-            capsule = (GoalCapsule(engine, self._node.get_parameter("default_tier").value)
-                       if self._node.get_parameter("rollback_on_cancel").value else None)
+            tier = self._node.get_parameter("default_tier").value
+            take_capsule = bool(self._node.get_parameter("rollback_on_cancel").value)
+            # goal.session made live and the start capsule taken at one boundary: if the capsule
+            # is refused (no room), the switch is undone and nothing changed
+            capsule = engine.capsules.enter_session(
+                goal.session, lambda: GoalCapsule(engine, tier) if take_capsule else None,
+                timeout=self._node.get_parameter("boundary_timeout_s").value)
         except Exception as exc:  # noqa: BLE001 - errors become the result
             return self._fail(goal_handle, result, exc)
         run = GoalRun(int(goal.max_steps), float(goal.max_duration_s))

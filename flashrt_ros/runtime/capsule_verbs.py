@@ -98,6 +98,23 @@ class CapsuleVerbs:
         return self._at_boundary(lambda: self.sessions.switch_to(session, from_capsule=from_capsule),
                                  replaces_state=True, timeout=timeout)
 
+    def enter_session(self, session: str, prepare: Callable[[], T], *,
+                      timeout: float | None = None) -> T:
+        """Make ``session`` live (empty: stay) and run ``prepare()`` there, at one boundary.
+
+        Why one boundary: a goal that names a session checks its request against
+        that session's transcript and takes its start capsule there; if any of
+        that refuses, the switch is undone before anything else can see it, so a
+        refused goal leaves the live state and the current session as they were.
+        Returns ``prepare()``'s result.
+        """
+        if not session or session == self.sessions.current:
+            return self._at_boundary(prepare, timeout=timeout)
+        out: list[T] = []
+        self._at_boundary(lambda: self.sessions.switch_to(session, then=lambda: out.append(prepare())),
+                          replaces_state=True, timeout=timeout)
+        return out[0]
+
     # --- verbs on the store only (never wait for a step) ------------------------
     def fork(self, source: str, new_name: str, *, tier: str | None = None) -> CapsuleSummary:
         """An independent copy of ``source`` named ``new_name``."""

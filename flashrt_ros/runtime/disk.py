@@ -7,6 +7,14 @@ A crash before the rename leaves the old capsule untouched (plus an orphaned
 temp file, removed the next time a store opens the directory); after it, the
 new one is complete. There is no step at which neither version is loadable.
 
+Why we write the safetensors bytes ourselves instead of calling
+``safetensors.torch.save_file``: that writer creates its own ``.tmpXXXXXX``
+file beside the target and renames it, so a kill during the write left a file
+our sweep could not attribute (162 MB survived eleven restarts). Our writer
+opens exactly one file, our own temp name (``.<name>.<pid>.<8 hex>.tmp``), so
+every byte a killed save can leave is recognised and removed. The sweep also
+removes such ``.tmpXXXXXX`` files left by earlier versions (``_LEGACY_TEMP``).
+
 The file is a plain safetensors file (a little-endian u64 header length, a JSON
 header, raw tensor bytes; never pickle, so it cannot execute code). Its
 ``__metadata__`` holds ``format``, ``format_version`` and ``manifest``: a JSON
@@ -40,8 +48,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import save_file
 
 from flashrt_ros.runtime.arena import BOUNDARY, POSITION, StateArena
 from flashrt_ros.runtime.capsule import Capsule, content_hash, hash_bytes
@@ -58,6 +64,10 @@ INT64_MAX = (1 << 63) - 1
 MAX_CREATED_AT = float((1 << 31) - 1)
 MAX_HEADER_BYTES = 64 << 20
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}(\.safetensors|\.json)?\.tmp$")
+#: Temp files of ``safetensors.save_file`` (the ``tempfile`` crate: ``.tmp`` + 6 characters), which
+#: capsule writers before format 2's own writer left behind when killed; no writer of ours makes them.
+_LEGACY_TEMP = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")
+_WRITE_CHUNK = 8 << 20
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "format": str, "format_version": int, "name": str, "session": str, "position": int,
     "boundary_id": int, "created_at": (int, float), "nbytes": int, "fingerprint": str,
@@ -186,29 +196,75 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def write_capsule(directory: Path, capsule: Capsule, tensors: Mapping[str, torch.Tensor]) -> int:
-    """Atomically write (or replace) ``capsule`` (hashes already recorded); returns the file size.
+def write_safetensors(fd: int, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> int:
+    """Write a safetensors file (header, then each tensor's raw bytes) to ``fd``; returns its size.
 
-    ``tensors`` are the live-extent CPU tensors keyed by buffer name (disjoint
-    views of one payload are fine). Steps: temp file, fsync, rename, fsync dir.
+    The layout ``safetensors`` itself writes: u64 header length, JSON header
+    padded with spaces to 8 bytes, tensors ordered by alignment then name.
+    """
+    ordered = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
+    header: dict[str, Any] = {"__metadata__": dict(metadata)}
+    offset = 0
+    for name, t in ordered:
+        if t.dtype not in _ST_DTYPES:
+            raise CapsuleIOError(f"buffer {name}: dtype {t.dtype} has no safetensors name")
+        nbytes = t.numel() * t.element_size()
+        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    _write_all(fd, struct.pack("<Q", len(raw)) + raw)
+    for _name, t in ordered:
+        if t.numel():
+            flat = t.detach().contiguous().reshape(-1).view(torch.uint8).cpu()
+            data = memoryview(flat.numpy())
+            for start in range(0, len(data), _WRITE_CHUNK):
+                _write_all(fd, data[start:start + _WRITE_CHUNK])
+    return 8 + len(raw) + offset
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_temp(directory: Path, capsule: Capsule, tensors: Mapping[str, torch.Tensor]) -> Path:
+    """Write ``capsule`` (hashes already recorded) to a new fsynced temp file in ``directory``.
+
+    Touches no capsule file and needs no lock: ``commit_temp`` makes it the
+    capsule's file. On failure the temp file is removed and ``CapsuleIOError`` raised.
     """
     directory = Path(directory)
     tmp = directory / f".{capsule.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    manifest = build_manifest(capsule)
+    metadata = {"format": FORMAT, "format_version": str(FORMAT_VERSION),
+                "manifest": json.dumps(build_manifest(capsule), sort_keys=True, separators=(",", ":"))}
     try:
-        save_file(dict(tensors), str(tmp), metadata={
-            "format": FORMAT, "format_version": str(FORMAT_VERSION),
-            "manifest": json.dumps(manifest, sort_keys=True, separators=(",", ":"))})
-        _fsync_path(tmp)
-        size = tmp.stat().st_size
-        os.replace(tmp, capsule_path(directory, capsule.name))
-    except (OSError, SafetensorError) as exc:
-        raise CapsuleIOError(f"writing capsule {capsule.name!r} to {directory} failed: {exc}") from None
-    finally:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
-            tmp.unlink()
-        except OSError:
-            pass
+            write_safetensors(fd, tensors, metadata)
+        finally:
+            os.close(fd)
+        _fsync_path(tmp)
+    except OSError as exc:
+        discard_temp(tmp)
+        raise CapsuleIOError(f"writing capsule {capsule.name!r} to {directory} failed: {exc}") from None
+    except BaseException:
+        discard_temp(tmp)
+        raise
+    return tmp
+
+
+def commit_temp(tmp: Path, directory: Path, name: str) -> int:
+    """Rename a ``write_temp`` file over capsule ``name``'s file and fsync the directory; returns its size."""
+    directory = Path(directory)
+    try:
+        size = tmp.stat().st_size
+        os.replace(tmp, capsule_path(directory, name))
+    except OSError as exc:
+        discard_temp(tmp)
+        raise CapsuleIOError(f"writing capsule {name!r} to {directory} failed: {exc}") from None
     try:
         _fsync_path(directory)
     except OSError:
@@ -216,6 +272,23 @@ def write_capsule(directory: Path, capsule: Capsule, tensors: Mapping[str, torch
         # fsync only means a power cut could bring back the old file, which is complete too.
         pass
     return size
+
+
+def discard_temp(tmp: Path) -> None:
+    """Remove a temp file that will not be committed (a missing one is fine)."""
+    try:
+        tmp.unlink()
+    except OSError:
+        pass
+
+
+def write_capsule(directory: Path, capsule: Capsule, tensors: Mapping[str, torch.Tensor]) -> int:
+    """Atomically write (or replace) ``capsule`` (hashes already recorded); returns the file size.
+
+    ``tensors`` are the live-extent CPU tensors keyed by buffer name (disjoint
+    views of one payload are fine). Steps: temp file, fsync, rename, fsync dir.
+    """
+    return commit_temp(write_temp(directory, capsule, tensors), directory, capsule.name)
 
 
 def delete_capsule(directory: Path, name: str) -> None:
@@ -247,7 +320,7 @@ def list_names(directory: Path) -> list[str]:
 @dataclass(frozen=True)
 class TempFile:
     path: Path
-    pid: int
+    pid: int | None     # the writing process; None for a legacy ``.tmpXXXXXX`` (always orphaned)
     nbytes: int
 
 
@@ -256,13 +329,15 @@ def temp_files(directory: Path) -> list[TempFile]:
     out = []
     for entry in os.scandir(directory):
         m = _TEMP.match(entry.name)
-        if m is None:
+        if m is None and not _LEGACY_TEMP.match(entry.name):
             continue
         try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
             size = entry.stat(follow_symlinks=False).st_size
         except OSError:
             continue
-        out.append(TempFile(Path(entry.path), int(m.group("pid")), size))
+        out.append(TempFile(Path(entry.path), int(m.group("pid")) if m else None, size))
     return out
 
 
@@ -280,11 +355,13 @@ def remove_orphans(directory: Path) -> tuple[int, int]:
     """Delete temp files whose writing process is gone; returns (files, bytes) removed.
 
     A temp file of a live process (another store saving right now, possibly
-    in this very process) is left alone.
+    in this very process) is left alone. Legacy ``.tmpXXXXXX`` files name no
+    process and no writer of ours makes them any more: they are removed (an old
+    version saving into this directory right now would see its save fail, cleanly).
     """
     files = nbytes = 0
     for t in temp_files(directory):
-        if t.pid == os.getpid() or _alive(t.pid):
+        if t.pid is not None and (t.pid == os.getpid() or _alive(t.pid)):
             continue
         try:
             t.path.unlink()

@@ -15,7 +15,7 @@ switch (the ring is reseeded with the state switched to).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from flashrt_ros.runtime.errors import CapsuleNotFound, InvalidArgument
 from flashrt_ros.runtime.names import validate_capsule_name
@@ -52,11 +52,16 @@ class SessionManager:
         """``store.snapshot`` tagged with the current session."""
         return self.store.snapshot(name, session=self._current, **kwargs)
 
-    def switch_to(self, session: str, *, from_capsule: str | None = None) -> str:
+    def switch_to(self, session: str, *, from_capsule: str | None = None,
+                  then: Callable[[], Any] | None = None) -> str:
         """Park the current session and make ``session`` live; returns the previous session.
 
         A session seen before resumes exactly where it was parked; a new one
         starts from ``from_capsule`` if given, else from a zeroed arena.
+        ``then()`` runs on the target's state before the switch is committed
+        (a goal's checks, its start capsule): if it raises, the switch is
+        undone (the previous session live again, byte-exact; a new session
+        forgotten; a parked one still parked as it was) and the error re-raised.
         """
         validate_capsule_name(session, what="session name")
         with self.store.lock:
@@ -74,11 +79,14 @@ class SessionManager:
             try:
                 if session in self._known:
                     self.store._restore(parked_name(session), verify=False, groups=None)
-                    self.store._drop(parked_name(session))
                 elif from_capsule is not None:
                     self.store.restore(from_capsule)
                 else:
                     self._cold_start()
+                if then is not None:
+                    then()
+                if session in self._known:
+                    self.store._drop(parked_name(session))
             except BaseException:
                 # the arena may be half-written: bring the parked state back, then re-raise
                 self.store._restore(parked_name(previous), verify=False, groups=None)

@@ -29,7 +29,9 @@ Rules the store keeps:
   store holds a capsule of that name *or* the directory holds its file (files
   of another model or damaged ones too). Overwriting a name that has a file
   writes the new capsule there as well (see ``_snapshot``). Loading reads and
-  verifies the file without holding the store lock.
+  verifies the file, ``save`` writes its temp file and a stored ``verify`` of a
+  disk-only capsule reads it, all without holding the store lock (a save
+  renames under the lock; a payload being saved is never overwritten in place).
 * A restore (or anything else that writes the arena from outside the engine)
   invalidates the rollback ring's append-only shortcut and seeds the ring with
   the restored state, so ``rollback(k)`` after a restore goes back to it.
@@ -94,6 +96,7 @@ class CapsuleStore:
         self.hash_at_snapshot = arena.device.type != "cuda" if hash_at_snapshot is None else hash_at_snapshot
         self._unowned: dict[str, str] = {}     # files in the directory this store does not index, and why
         self._orphans_removed = (0, 0)
+        self._reading: dict[str, int] = {}     # capsules whose payload is read without the lock
         if self.directory is not None:
             self._index_directory()
 
@@ -165,25 +168,79 @@ class CapsuleStore:
             return c
 
     def verify(self, name: str, *, against_live: bool = False) -> VerifyReport:
-        """Re-hash stored bytes against the recorded hashes, or compare them with the live arena."""
-        with self.lock:
-            c = self._get(validate_capsule_name(name))
-            return self._verify_live(c) if against_live else self._verify_stored(c)
+        """Re-hash stored bytes against the recorded hashes, or compare them with the live arena.
+
+        A capsule that lives only on disk is read and hashed without holding the
+        store lock (its file is replaced only atomically, so the read sees one
+        whole version; a version that is not the indexed one is reported as such).
+        """
+        validate_capsule_name(name)
+        for _attempt in range(3):
+            with self.lock:
+                c = self._get(name)
+                if against_live:
+                    return self._verify_live(c)
+                if c.resident:
+                    return self._verify_stored(c)
+            report = self._verify_file(c)
+            with self.lock:
+                if report.ok or self._capsules.get(name) is c:
+                    return report
+            # the capsule was replaced while its old file was read: verify the new one
+        return report
 
     def save(self, name: str) -> Capsule:
-        """Write capsule ``name`` to the disk tier, keeping any resident copy."""
+        """Write capsule ``name`` to the disk tier, keeping any resident copy.
+
+        The bytes go to a temp file without holding the store lock (other verbs
+        answer meanwhile); only the checks before and the rename after are
+        locked. A capsule that was overwritten, dropped or moved to disk during
+        the write is not renamed over: the temp file is removed.
+        """
+        validate_capsule_name(name)
         with self.lock:
-            c = self._get(validate_capsule_name(name))
+            c = self._get(name)
             self._require_disk("disk")
             if c.on_disk:
                 return c
-            if disk.capsule_path(self.directory, c.name).exists():
-                raise AlreadyExists(f"a file {c.name}{disk.SUFFIX} that this store did not write is in "
-                                    f"{self.directory}; drop or rename the capsule, or delete the file")
-            if not self.disk_tier.fits(c.nbytes):
-                raise BudgetExhausted(self._no_room_message("disk", c.nbytes))
-            self._write(c)
+            self._check_save_allowed(c)
+            host = c.payload if c.payload.device.type == "cpu" else c.payload.cpu()
+            c.ensure_hashed(host)
+            self._reading[c.name] = self._reading.get(c.name, 0) + 1    # no in-place overwrite meanwhile
+        try:
+            tmp = disk.write_temp(self.directory, c, c.plan.views(host))
+        finally:
+            with self.lock:
+                self._release_reading(c.name)
+        with self.lock:
+            if self._capsules.get(name) is not c or c.on_disk:
+                disk.discard_temp(tmp)
+                if c.on_disk and self._capsules.get(name) is c:
+                    return c                      # a demotion wrote the same capsule meanwhile
+                raise CapsuleNotFound(f"capsule {name!r} was dropped or replaced while it was being "
+                                      "saved; nothing was written")
+            try:
+                self._check_save_allowed(c)
+            except FlashRTError:
+                disk.discard_temp(tmp)
+                raise
+            disk.commit_temp(tmp, self.directory, c.name)
+            c.on_disk = True
+            self._unowned.pop(c.name, None)
+            self.disk_tier.charge(c.nbytes)
             return c
+
+    def _check_save_allowed(self, c: Capsule) -> None:
+        if disk.capsule_path(self.directory, c.name).exists():
+            raise AlreadyExists(f"a file {c.name}{disk.SUFFIX} that this store did not write is in "
+                                f"{self.directory}; drop or rename the capsule, or delete the file")
+        if not self.disk_tier.fits(c.nbytes):
+            raise BudgetExhausted(self._no_room_message("disk", c.nbytes))
+
+    def _release_reading(self, name: str) -> None:
+        left = self._reading.pop(name, 1) - 1
+        if left:
+            self._reading[name] = left
 
     def load(self, name: str, *, tier: str | None = None, overwrite: bool = False) -> Capsule:
         """Read, verify and index a capsule file written by any process; ``tier`` None: host if it fits.
@@ -330,7 +387,8 @@ class CapsuleStore:
             self._apply(moves)
             if tier != "disk":
                 mem = self._tiers[tier]
-                if old is not None and old.resident and old.tier == tier and old.plan is plan:
+                if old is not None and old.resident and old.tier == tier and old.plan is plan \
+                        and name not in self._reading:
                     # Overwriting a capsule of the same layout in the same tier (a behaviour
                     # tree re-taking "home"): copy into its bytes, keeping its bound views.
                     payload, bound = old.payload, old.bound or BoundCopies(self.arena, plan, old.payload)
@@ -628,21 +686,9 @@ class CapsuleStore:
 
     # verification -------------------------------------------------------------
     def _verify_stored(self, c: Capsule) -> VerifyReport:
-        names = tuple(p.name for p in c.plan.placements)
         if not c.resident:
-            try:
-                with disk.open_capsule(self.directory, c.name) as f:
-                    plan = disk.check_manifest(f.manifest, self.arena, self.fingerprint)
-                    if f.manifest["content_hash"] != c.content_hash:
-                        return VerifyReport(c.name, False, False, names, names, detail="file holds other content")
-                    payload = torch.empty(plan.nbytes, dtype=torch.uint8)
-                    bad = disk.read_tensors(f, plan, payload)
-                    if not bad:
-                        disk.check_payload_meta(f.manifest, self.arena, plan, payload)
-            except FlashRTError as exc:
-                return VerifyReport(c.name, False, False, names, names, detail=str(exc))
-            return VerifyReport(c.name, not bad, False, names, tuple(bad),
-                                detail="" if not bad else f"hash mismatch in {bad}")
+            return self._verify_file(c)
+        names = tuple(p.name for p in c.plan.placements)
         if c.ensure_hashed():
             return VerifyReport(c.name, False, False, names, (), hashed_now=True, verified=False,
                                 detail="unverified: no hash was recorded at snapshot time (hash_at_snapshot "
@@ -651,6 +697,23 @@ class CapsuleStore:
         bad = tuple(n for n in names if now[n] != c.buffer_hashes[n])
         return VerifyReport(c.name, not bad, False, names, bad,
                             detail="" if not bad else f"hash mismatch in {list(bad)}")
+
+    def _verify_file(self, c: Capsule) -> VerifyReport:
+        """Read and hash ``c``'s file (needs no lock: reads only the file and ``c``'s fixed fields)."""
+        names = tuple(p.name for p in c.plan.placements)
+        try:
+            with disk.open_capsule(self.directory, c.name) as f:
+                plan = disk.check_manifest(f.manifest, self.arena, self.fingerprint)
+                if f.manifest["content_hash"] != c.content_hash:
+                    return VerifyReport(c.name, False, False, names, names, detail="file holds other content")
+                payload = torch.empty(plan.nbytes, dtype=torch.uint8)
+                bad = disk.read_tensors(f, plan, payload)
+                if not bad:
+                    disk.check_payload_meta(f.manifest, self.arena, plan, payload)
+        except FlashRTError as exc:
+            return VerifyReport(c.name, False, False, names, names, detail=str(exc))
+        return VerifyReport(c.name, not bad, False, names, tuple(bad),
+                            detail="" if not bad else f"hash mismatch in {bad}")
 
     def _verify_live(self, c: Capsule) -> VerifyReport:
         self._check_compatible(c)

@@ -1,0 +1,154 @@
+"""Lost replies (Fast DDS "failed to send response (timeout)", ros2/ros2#1253): our client and CLI
+never hang, re-send only what is safe to repeat, and cancel a goal whose acceptance was lost.
+
+The server here is a stand-in on real DDS whose replies are dropped on purpose: services of
+the node's types, and the Generate action's services and topics, served by hand.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from action_msgs.msg import GoalStatus, GoalStatusArray
+from action_msgs.srv import CancelGoal
+from rclpy.qos import qos_profile_action_status_default
+
+from flashrt_ros.action import Generate
+from flashrt_ros.client import TIMEOUT_CODE, FlashRTClient, ServiceCallError
+from flashrt_ros.srv import ListCapsules, Rollback
+from policy_io_harness import RosHarness
+from waiting import wait_until
+
+NS = "/lossy/flashrt"
+
+
+class LossyServer:
+    """Serves ``list`` (drops the first reply), ``rollback`` (drops every reply) and a Generate
+    action whose goal replies (``drop_goal_replies``) or first result reply can be dropped."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+        self.received: dict[str, list] = {"list": [], "rollback": [], "send_goal": [], "cancel": [],
+                                          "get_result": []}
+        self.drop_goal_replies = True
+        self._lock = threading.Lock()
+        self._lossy(ListCapsules, f"{NS}/list", "list", drop=lambda n: n == 1, fill=self._list)
+        self._lossy(Rollback, f"{NS}/rollback", "rollback", drop=lambda n: True, fill=lambda r: None)
+        impl = Generate.Impl
+        self._lossy(impl.SendGoalService, f"{NS}/generate/_action/send_goal", "send_goal",
+                    drop=lambda n: self.drop_goal_replies, fill=self._accept)
+        self._lossy(CancelGoal, f"{NS}/generate/_action/cancel_goal", "cancel", drop=lambda n: False,
+                    fill=lambda r: None)
+        self._lossy(impl.GetResultService, f"{NS}/generate/_action/get_result", "get_result",
+                    drop=lambda n: n == 1, fill=self._result)
+        self.status_pub = node.create_publisher(GoalStatusArray, f"{NS}/generate/_action/status",
+                                                qos_profile_action_status_default)
+        self.feedback_pub = node.create_publisher(impl.FeedbackMessage, f"{NS}/generate/_action/feedback", 10)
+
+    def _lossy(self, srv_type, name: str, key: str, drop, fill) -> None:
+        service = self.node.create_service(srv_type, name, lambda req, resp: self._answer(key, req, resp, fill))
+        send = service.send_response
+
+        def send_or_drop(response, header):
+            with self._lock:
+                n = len(self.received[key])
+            if not drop(n):
+                send(response, header)
+        service.send_response = send_or_drop       # the executor sends through this attribute
+
+    def _answer(self, key: str, request, response, fill):
+        with self._lock:
+            self.received[key].append(request)
+        fill(response)
+        return response
+
+    @staticmethod
+    def _list(response) -> None:
+        response.success, response.message = True, "0 capsules"
+
+    def _accept(self, response) -> None:
+        response.accepted = True
+        goal_id = self.received["send_goal"][-1].goal_id
+        status = GoalStatusArray()
+        status.status_list.append(GoalStatus(status=GoalStatus.STATUS_SUCCEEDED))
+        status.status_list[0].goal_info.goal_id = goal_id
+        self.status_pub.publish(status)             # the goal ended at once
+
+    @staticmethod
+    def _result(response) -> None:
+        response.status = GoalStatus.STATUS_SUCCEEDED
+        response.result.success, response.result.message = True, "0 tokens"
+        response.result.stop_reason = "max_new_tokens"
+
+
+@pytest.fixture(scope="module")
+def ros():
+    harness = RosHarness()
+    yield harness
+    harness.close()
+
+
+@pytest.fixture(scope="module")
+def server(ros):
+    import rclpy
+    node = rclpy.create_node("lossy_server")
+    ros.executor.add_node(node)
+    yield LossyServer(node)
+    ros.executor.remove_node(node)
+    node.destroy_node()
+
+
+@pytest.fixture(scope="module")
+def client(ros, server):
+    return FlashRTClient(ros.peer, NS)
+
+
+def test_a_lost_reply_of_a_safe_verb_is_resent_and_answered(server, client):
+    response = client.call("list", timeout_s=60.0, wait_s=60.0)
+    assert response.success and response.message == "0 capsules"
+    assert len(server.received["list"]) == 2          # the first reply was dropped, the copy answered
+
+
+def test_a_lost_reply_of_an_unsafe_verb_is_a_timeout_never_a_resend(server, client):
+    start = time.monotonic()
+    with pytest.raises(ServiceCallError) as err:
+        client.call("rollback", steps=2, timeout_s=5.0, wait_s=60.0)
+    assert err.value.error_code == TIMEOUT_CODE and "TIMEOUT" in str(err.value)
+    assert "not re-sent" in str(err.value)
+    assert time.monotonic() - start < 60.0            # bounded (generous bound: only "it returned")
+    wait_until(lambda: server.received["rollback"], what="the rollback request at the server")
+    assert len(server.received["rollback"]) == 1      # rolled back once, never twice
+
+
+def test_a_goal_whose_acceptance_is_lost_is_cancelled_by_id_never_resent(server, client):
+    server.drop_goal_replies = True
+    with pytest.raises(ServiceCallError) as err:
+        client.generate("hi", wait_s=5.0, timeout_s=60.0)
+    assert err.value.error_code == TIMEOUT_CODE and "cancel was sent" in str(err.value)
+    assert len(server.received["send_goal"]) == 1
+    wait_until(lambda: server.received["cancel"], what="the cancel at the server")
+    sent_id = bytes(server.received["send_goal"][0].goal_id.uuid)
+    assert bytes(server.received["cancel"][0].goal_info.goal_id.uuid) == sent_id
+
+
+def test_a_result_lost_after_the_goal_ended_is_asked_for_again(server, client):
+    server.drop_goal_replies = False
+    before = len(server.received["get_result"])
+    assert before == 0
+    outcome = client.generate("hi", wait_s=60.0, timeout_s=120.0, feedback_grace_s=0.0)
+    assert outcome.accepted and outcome.result.success and outcome.result.message == "0 tokens"
+    assert len(server.received["get_result"]) == 2    # the first result reply was dropped
+
+
+def test_the_cli_recovers_a_lost_reply_and_times_out_clearly(server):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--node", NS, *args],
+                              capture_output=True, text=True, timeout=600)
+    server.received["list"].clear()                   # the next list reply is dropped again
+    listed = cli("--timeout", "60", "list")
+    assert listed.returncode == 0, listed.stderr
+    rolled = cli("--timeout", "5", "rollback", "1")
+    assert rolled.returncode == 3 and "TIMEOUT" in rolled.stderr, rolled.stderr
