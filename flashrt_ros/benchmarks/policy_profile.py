@@ -20,7 +20,7 @@ import torch
 from flashrt_ros.benchmarks.policies import make_checkpoint
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.lerobot import load_lerobot_policy
-from flashrt_ros.models.lerobot.diffusion import LaidOutConv1d, gemm_conv1d
+from flashrt_ros.models.lerobot.diffusion import gemm_conv1d
 from flashrt_ros.ops.triton import fast_kernels
 
 
@@ -70,10 +70,8 @@ def measure(kind: str, directory: Path, dtype: torch.dtype, variant: str, tmp: P
     policy = load_lerobot_policy(directory, dtype=dtype)
     if variant == "channels_last":
         policy.to(memory_format=torch.channels_last)
-    if variant == "contiguous_weights":          # the ablation of LaidOutConv1d / ACT's channels-last trunk
-        for m in policy.modules():
-            if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d)):
-                m.weight.data = m.weight.data.contiguous()
+    if variant == "contiguous_weights":          # the ablation of layout.lay_out_convs
+        policy.lay_out_weights = False
     with fast_kernels(variant != "unfused_group_norm"):
         engine = PolicyEngine(policy, device="cuda", cuda_graph=True, directory=str(tmp))
     out = {"policy": kind, "dtype": str(dtype).removeprefix("torch."), "variant": variant}
@@ -111,16 +109,16 @@ def main() -> None:
                 for variant in args.variants.split(","):
                     if variant in ("gemm_conv", "unfused_group_norm") and kind != "diffusion":
                         continue
-                    saved = LaidOutConv1d.forward
+                    saved = torch.nn.Conv1d.forward
                     if variant == "gemm_conv":
-                        LaidOutConv1d.forward = gemm_conv1d
+                        torch.nn.Conv1d.forward = gemm_conv1d
                     try:
                         row = measure(kind, directory, dtype, variant, Path(tmp) / "caps")
                     except Exception as exc:            # report, measure the rest
                         row = {"policy": kind, "dtype": str(dtype), "variant": variant,
                                "error": f"{type(exc).__name__}: {exc}"}
                     finally:
-                        LaidOutConv1d.forward = saved
+                        torch.nn.Conv1d.forward = saved
                     if "weight_bytes_per_replan" in row:
                         row["weight_floor_ms"] = row["weight_bytes_per_replan"] / bandwidth * 1e3
                     rows.append(row)
