@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
+from flashrt_ros.benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
 from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
@@ -98,11 +99,6 @@ def lerobot_will_replan(policy) -> bool:
     if queue is None:
         queue = policy._queues["action"]
     return len(queue) == 0
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def lerobot_episode(policy, batches: list[dict], device: torch.device, dtype: torch.dtype, steps: int) -> dict:

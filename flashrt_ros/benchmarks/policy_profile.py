@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from flashrt_ros.benchmarks.policies import make_checkpoint
+from flashrt_ros.benchmarks.timing import copy_bandwidth, median_event_ms
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.lerobot import load_lerobot_policy
 from flashrt_ros.models.lerobot.diffusion import gemm_conv1d
@@ -26,30 +27,7 @@ from flashrt_ros.ops.triton import fast_kernels
 
 def replay_ms(graph: torch.cuda.CUDAGraph, reps: int = 50) -> float:
     """Median device time of one graph replay (CUDA events; the arena drifts, shapes do not)."""
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
-
-
-def copy_bandwidth() -> float:
-    """Bytes per second of a 2 GiB device-to-device copy (read + write counted)."""
-    src = torch.empty(1 << 31, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(2):
-        dst.copy_(src)
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(5):
-        dst.copy_(src)
-    b.record()
-    b.synchronize()
-    return 2 * src.numel() * 5 / (a.elapsed_time(b) / 1e3)
+    return median_event_ms(graph.replay, reps, torch.device("cuda"))
 
 
 def top_kernels(engine: PolicyEngine, n: int = 12) -> list[dict]:
@@ -98,7 +76,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--variants", default="base,gemm_conv,contiguous_weights,unfused_group_norm,channels_last")
     args = ap.parse_args()
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(1 << 31, torch.device("cuda"))
     print(json.dumps({"copy_bandwidth_GBps": bandwidth / 1e9}), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
