@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
+from flashrt_ros.benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
 from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
@@ -98,11 +99,6 @@ def lerobot_will_replan(policy) -> bool:
     if queue is None:
         queue = policy._queues["action"]
     return len(queue) == 0
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def lerobot_episode(policy, batches: list[dict], device: torch.device, dtype: torch.dtype, steps: int) -> dict:
@@ -171,8 +167,8 @@ def summarize(episodes: list[dict]) -> dict:
 
 
 def compare(kind: str, policy, obs: dict, directory: Path, device: torch.device, dtype: torch.dtype,
-            steps: int, episodes: int, tmp: Path) -> dict:
-    """Alternating episodes (one warm-up each, not counted), LeRobot then ours."""
+            steps: int, episodes: int, tmp: Path, warmup: int = 1) -> dict:
+    """Alternating episodes (``warmup`` of each first, not counted), LeRobot then ours."""
     gen = torch.Generator().manual_seed(5)
     variants = [{k: (v + 0.01 * torch.randn(v.shape, generator=gen)).clamp(0, 1) if v.dim() == 3 else
                  v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in obs.items()} for _ in range(4)]
@@ -185,7 +181,7 @@ def compare(kind: str, policy, obs: dict, directory: Path, device: torch.device,
     try:
         runs: dict[str, list[dict]] = {"lerobot": [], "ours": []}
         errors: dict[str, str] = {}
-        for i in range(episodes + 1):
+        for i in range(episodes + warmup):
             for who in ("lerobot", "ours"):
                 if who in errors:
                     continue
@@ -196,7 +192,7 @@ def compare(kind: str, policy, obs: dict, directory: Path, device: torch.device,
                     errors[who] = f"{type(exc).__name__}: {exc}"
                     print(f"{kind} {dtype}: {who} failed: {errors[who]}", flush=True)
                     continue
-                if i > 0:
+                if i >= warmup:
                     runs[who].append(e)
         for who, eps in runs.items():
             if eps:
@@ -223,6 +219,7 @@ def main() -> None:
     ap.add_argument("--size", choices=("full", "cpu", "smoke"), default="full",
                     help="full: ALOHA ACT 480x640, PushT Diffusion; cpu: ACT 240x320, UNet (128, 256, 512); "
                          "smoke: tiny shapes")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed episodes per side first")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--policies", default="act,diffusion")
     ap.add_argument("--out", type=Path, help="markdown table")
@@ -244,7 +241,7 @@ def main() -> None:
             for dtype in dtypes:
                 name = f"{kind} {str(dtype).removeprefix('torch.')}"
                 results[name] = compare(kind, policy, obs, directory, device, dtype, steps, episodes,
-                                        Path(tmp) / f"caps_{kind}_{dtype}")
+                                        Path(tmp) / f"caps_{kind}_{dtype}", args.warmup)
                 print(json.dumps({name: results[name]}), flush=True)
     rows = []
     for name, r in results.items():
@@ -258,7 +255,7 @@ def main() -> None:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (nan, nan, nan)
     lines = ["# LeRobot policies over whole episodes: our engine vs LeRobot eager select_action", "",
              f"Machine: {machine(device)}. Size: {args.size}. {steps} steps per episode from a reset, median of "
-             f"{episodes} episodes per side (after one warm-up each), sides alternating; times in ms; load average "
+             f"{episodes} episodes per side (after {args.warmup} warm-up each), sides alternating; times in ms; load average "
              f"at the end {load[0]:.2f}.", "",
              "| policy | episode LeRobot | episode ours | speed-up | replan p50 / p99 LeRobot | replan p50 / p99 ours "
              "| pop p50 / p99 LeRobot | pop p50 / p99 ours | steps > 20 ms LeRobot / ours |",

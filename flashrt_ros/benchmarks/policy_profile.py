@@ -18,38 +18,16 @@ from pathlib import Path
 import torch
 
 from flashrt_ros.benchmarks.policies import make_checkpoint
+from flashrt_ros.benchmarks.timing import copy_bandwidth, median_event_ms
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.lerobot import load_lerobot_policy
-from flashrt_ros.models.lerobot.diffusion import LaidOutConv1d, gemm_conv1d
+from flashrt_ros.models.lerobot.diffusion import gemm_conv1d
 from flashrt_ros.ops.triton import fast_kernels
 
 
 def replay_ms(graph: torch.cuda.CUDAGraph, reps: int = 50) -> float:
     """Median device time of one graph replay (CUDA events; the arena drifts, shapes do not)."""
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
-
-
-def copy_bandwidth() -> float:
-    """Bytes per second of a 2 GiB device-to-device copy (read + write counted)."""
-    src = torch.empty(1 << 31, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(2):
-        dst.copy_(src)
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(5):
-        dst.copy_(src)
-    b.record()
-    b.synchronize()
-    return 2 * src.numel() * 5 / (a.elapsed_time(b) / 1e3)
+    return median_event_ms(graph.replay, reps, torch.device("cuda"))
 
 
 def top_kernels(engine: PolicyEngine, n: int = 12) -> list[dict]:
@@ -70,10 +48,8 @@ def measure(kind: str, directory: Path, dtype: torch.dtype, variant: str, tmp: P
     policy = load_lerobot_policy(directory, dtype=dtype)
     if variant == "channels_last":
         policy.to(memory_format=torch.channels_last)
-    if variant == "contiguous_weights":          # the ablation of LaidOutConv1d / ACT's channels-last trunk
-        for m in policy.modules():
-            if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d)):
-                m.weight.data = m.weight.data.contiguous()
+    if variant == "contiguous_weights":          # the ablation of layout.lay_out_convs
+        policy.lay_out_weights = False
     with fast_kernels(variant != "unfused_group_norm"):
         engine = PolicyEngine(policy, device="cuda", cuda_graph=True, directory=str(tmp))
     out = {"policy": kind, "dtype": str(dtype).removeprefix("torch."), "variant": variant}
@@ -100,7 +76,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--variants", default="base,gemm_conv,contiguous_weights,unfused_group_norm,channels_last")
     args = ap.parse_args()
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(1 << 31, torch.device("cuda"))
     print(json.dumps({"copy_bandwidth_GBps": bandwidth / 1e9}), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,16 +87,16 @@ def main() -> None:
                 for variant in args.variants.split(","):
                     if variant in ("gemm_conv", "unfused_group_norm") and kind != "diffusion":
                         continue
-                    saved = LaidOutConv1d.forward
+                    saved = torch.nn.Conv1d.forward
                     if variant == "gemm_conv":
-                        LaidOutConv1d.forward = gemm_conv1d
+                        torch.nn.Conv1d.forward = gemm_conv1d
                     try:
                         row = measure(kind, directory, dtype, variant, Path(tmp) / "caps")
                     except Exception as exc:            # report, measure the rest
                         row = {"policy": kind, "dtype": str(dtype), "variant": variant,
                                "error": f"{type(exc).__name__}: {exc}"}
                     finally:
-                        LaidOutConv1d.forward = saved
+                        torch.nn.Conv1d.forward = saved
                     if "weight_bytes_per_replan" in row:
                         row["weight_floor_ms"] = row["weight_bytes_per_replan"] / bandwidth * 1e3
                     rows.append(row)

@@ -13,7 +13,7 @@ chooses between them on the host (``action_queue``).
 
 Speed at batch 1 (the UNet reads ~1 GB of fp32 weights per denoising step): the
 1-D convolutions read weights stored once in the layout cuDNN wants
-(``LaidOutConv1d``: no per-call weight transposes), each block's GroupNorm,
+(``layout.lay_out_convs``: no per-call weight transposes), each block's GroupNorm,
 Mish and FiLM or residual add is one fused kernel on CUDA, and the FiLM
 conditioning of all K timesteps is computed in one batch per replan. The
 sample and the scheduler arithmetic stay fp32; with bf16 / fp16 weights only
@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs
+from flashrt_ros.models.lerobot.layout import lay_out_convs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
 from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
@@ -174,25 +175,10 @@ class SinusoidalPosEmb(nn.Module):
         return torch.cat((emb.sin(), emb.cos()), dim=-1)
 
 
-class LaidOutConv1d(nn.Conv1d):
-    """``nn.Conv1d`` (same parameters and state-dict shape) whose weight is stored once as ``(out, k, in)``.
-
-    Why: cuDNN's batch-1 kernels on Hopper want channels-last weights; an NCW
-    weight is re-laid-out on every call (``nchwToNhwcKernel``). Stored with the
-    strides of ``(out, k, in)``, it is read as it lies; ``load_state_dict`` and
-    ``.to()`` keep the layout. ``gemm_conv1d`` (the same convolution as one GEMM
-    over an im2col copy) is the measured alternative (``benchmarks.policy_profile``).
-    """
-
-    def __init__(self, cin: int, cout: int, k: int, stride: int = 1, padding: int = 0) -> None:
-        super().__init__(cin, cout, k, stride=stride, padding=padding)
-        self.weight = nn.Parameter(self.weight.data.permute(0, 2, 1).contiguous().permute(0, 2, 1))
-
-
 def gemm_conv1d(conv: nn.Conv1d, x: Tensor) -> Tensor:
     """``conv(x)`` as one GEMM: im2col copy of ``x`` times the weight flattened as ``(out, k * in)``."""
     (k,), (stride,), (pad,) = conv.kernel_size, conv.stride, conv.padding
-    w = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, -1)       # a view for LaidOutConv1d
+    w = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, -1)       # a view when laid out (layout.py)
     cols = F.pad(x, (pad, pad)).unfold(2, k, stride)                       # (B, in, T', k)
     cols = cols.permute(0, 3, 1, 2).reshape(x.shape[0], k * x.shape[1], -1)
     return torch.baddbmm(conv.bias.view(1, -1, 1), w.expand(x.shape[0], -1, -1), cols)
@@ -203,7 +189,7 @@ class Conv1dBlock(nn.Module):
 
     def __init__(self, cin: int, cout: int, k: int, n_groups: int = 8) -> None:
         super().__init__()
-        self.block = nn.Sequential(LaidOutConv1d(cin, cout, k, padding=k // 2), nn.GroupNorm(n_groups, cout), Mish())
+        self.block = nn.Sequential(nn.Conv1d(cin, cout, k, padding=k // 2), nn.GroupNorm(n_groups, cout), Mish())
 
     def forward(self, x: Tensor, film: Tensor | None = None, film_scale: bool = False,
                 residual: Tensor | None = None) -> Tensor:
@@ -220,7 +206,7 @@ class ResidualBlock1d(nn.Module):
         self.conv1 = Conv1dBlock(cin, cout, k, n_groups)
         self.cond_encoder = nn.Sequential(Mish(), nn.Linear(cond_dim, 2 * cout if film_scale else cout))
         self.conv2 = Conv1dBlock(cout, cout, k, n_groups)
-        self.residual_conv = LaidOutConv1d(cin, cout, 1) if cin != cout else nn.Identity()
+        self.residual_conv = nn.Conv1d(cin, cout, 1) if cin != cout else nn.Identity()
 
     def forward(self, x: Tensor, film: Tensor) -> Tensor:
         """``film``: this block's ``cond_encoder`` output for the step, ``(B, C', 1)`` (``ConditionalUnet1d.films``)."""
@@ -244,7 +230,7 @@ class ConditionalUnet1d(nn.Module):
             last = i >= len(in_out) - 1
             self.down_modules.append(nn.ModuleList([
                 ResidualBlock1d(cin, cout, **kw), ResidualBlock1d(cout, cout, **kw),
-                nn.Identity() if last else LaidOutConv1d(cout, cout, 3, 2, 1)]))
+                nn.Identity() if last else nn.Conv1d(cout, cout, 3, 2, 1)]))
         d = c.down_dims[-1]
         self.mid_modules = nn.ModuleList([ResidualBlock1d(d, d, **kw), ResidualBlock1d(d, d, **kw)])
         self.up_modules = nn.ModuleList()
@@ -254,7 +240,7 @@ class ConditionalUnet1d(nn.Module):
                 ResidualBlock1d(2 * cin, cout, **kw), ResidualBlock1d(cout, cout, **kw),
                 nn.Identity() if last else nn.ConvTranspose1d(cout, cout, 4, 2, 1)]))
         self.final_conv = nn.Sequential(Conv1dBlock(c.down_dims[0], c.down_dims[0], c.kernel_size),
-                                        LaidOutConv1d(c.down_dims[0], c.action_dim, 1))
+                                        nn.Conv1d(c.down_dims[0], c.action_dim, 1))
 
     def residual_blocks(self) -> list[ResidualBlock1d]:
         """Every FiLM-conditioned block, in the order ``run`` uses them."""
@@ -355,6 +341,14 @@ class DiffusionPolicy(PolicyModule):
         self.register_buffer("timesteps", torch.tensor([s.timestep for s in self.steps]), persistent=False)
         self.norm = PolicyNormalization(ckpt)
         self.noise_input = False
+        self.lay_out_weights = True     # False: keep torch's default layout (the profile's ablation)
+
+    def _apply(self, fn, recurse: bool = True):
+        """``.to()`` and friends, then the UNet's conv weights laid out for the new device (``layout``)."""
+        super()._apply(fn, recurse)
+        if self.lay_out_weights:
+            lay_out_convs(self.diffusion.unet, conv1d=True)
+        return self
 
     def noise_from_input(self) -> DiffusionPolicy:
         """Take each plan's noise from the observation instead of the counter RNG (call before building the engine).
