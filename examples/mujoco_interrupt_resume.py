@@ -55,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a chec
 
 from flashrt_ros.bt import Restore, ServiceBehaviour, Snapshot  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402
+from flashrt_ros.ros.spinning import BackgroundExecutor  # noqa: E402
 
 os.environ.setdefault("MUJOCO_GL", "egl")        # headless rendering (read when mujoco is imported)
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -279,8 +280,7 @@ class Demo:
             self.executor.add_node(self.sim_node)
             self.executor.add_node(self.policy_node)
         self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.spinner = BackgroundExecutor(self.executor)
         if self.policy_node is not None:
             self.policy_node.trigger_configure()
             self.policy_node.trigger_activate()
@@ -319,11 +319,9 @@ class Demo:
         raise RuntimeError(f"[{label}] the episode did not finish within {timeout_s:g} s")
 
     def close(self) -> None:
-        # Stop spinning first: releasing the engine destroys the policy's timer and subscriptions,
-        # and an executor still spinning would run a callback already taken on a destroyed handle
-        # ("exception was never retrieved: cannot use Destroyable because destruction was requested").
-        self.executor.shutdown()
-        self.thread.join(5)
+        # Stop spinning (and let dispatched callbacks finish) before anything is released or
+        # destroyed: "exception was never retrieved: cannot use Destroyable ..." otherwise.
+        self.spinner.stop()
         if self.policy_node is not None:
             self.policy_node._release_engine()
         for n in (self.node, self.policy_node, self.sim_node):

@@ -1,7 +1,6 @@
 """pytest fixtures: rclpy in this process with a background executor."""
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -10,6 +9,7 @@ import pytest
 import rclpy
 from rclpy.executors import MultiThreadedExecutor
 
+from flashrt_ros.ros.spinning import BackgroundExecutor
 from rosproc import NodeUnderTest
 
 
@@ -20,13 +20,11 @@ def ros_node():
     node = rclpy.create_node("flashrt_test_client")
     executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
+    spinner = BackgroundExecutor(executor)
     try:
         yield node
     finally:
-        executor.shutdown()
-        thread.join(5)
+        spinner.stop()
         node.destroy_node()
         rclpy.try_shutdown()
 

@@ -11,6 +11,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 from std_msgs.msg import Float32MultiArray
 
+from flashrt_ros.ros.spinning import BackgroundExecutor
 from waiting import wait_until  # noqa: F401 - re-exported: the robot-I/O tests' condition wait
 
 
@@ -26,8 +27,7 @@ class RosHarness:
         self.executor = MultiThreadedExecutor(num_threads=6)
         self.peer = rclpy.create_node("robot_io_test_peer")
         self.executor.add_node(self.peer)
-        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self._thread.start()
+        self._spinner = BackgroundExecutor(self.executor)
         self.nodes: list[Any] = []
 
     def policy_node(self, name: str, tmp: Path, **params: Any) -> Any:
@@ -60,8 +60,7 @@ class RosHarness:
         return got
 
     def close(self) -> None:
-        self.executor.shutdown()          # first: no callback may run on a handle destroyed below
-        self._thread.join(5)
+        self._spinner.stop()              # first: no callback may run on a handle destroyed below
         for node in self.nodes:
             node._release_engine()
             self.executor.remove_node(node)
