@@ -10,6 +10,11 @@ style of nav2_simple_commander. Two flavours:
 - ``call(verb, **fields)`` blocks until the response (it spins the client's
   own node when nothing else spins it) and raises ``ServiceCallError`` on
   failure responses, timeouts or an absent node.
+
+Beside the capsule services and Generate: ``status`` / ``watch_status``
+(``~/status``, transient-local), ``run_policy`` (the RunPolicy action) and
+``get_parameters`` / ``set_parameter`` (the node's rcl_interfaces services):
+what a user without ros2cli needs.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
 
-from flashrt_ros.action import Generate
+from flashrt_ros.action import Generate, RunPolicy
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
                              Snapshot, Unpin, Verify)
@@ -61,6 +66,14 @@ class ServiceCallError(RuntimeError):
 
 
 @dataclass
+class RunPolicyOutcome:
+    result: Any            # RunPolicy.Result
+    accepted: bool
+    status: int            # action_msgs/GoalStatus
+    feedback_count: int = 0          # feedback messages received (== result.steps when none were lost)
+
+
+@dataclass
 class GenerateOutcome:
     result: Any            # Generate.Result (its ``text`` is always the whole generated text)
     accepted: bool
@@ -84,6 +97,8 @@ class FlashRTClient:
         self._feedback_sub = node.create_subscription(
             Generate.Impl.FeedbackMessage, f"{self.namespace}/generate/_action/feedback",
             self._on_feedback, FEEDBACK_QOS)
+        self._run_policy: Any = None              # ActionClient and feedback subscription, on first use
+        self._status_sub: Any = None
         # Spin the node ourselves only if no executor owns it when we first wait.
         self._own_executor: Any = None
         self._decided = False
@@ -207,9 +222,126 @@ class FlashRTClient:
         wrapped = self._wait(handle.get_result_async(), wait_s)
         return wrapped.result if wrapped is not None else None
 
+    # --- status, RunPolicy, parameters -------------------------------------
+    def watch_status(self, callback: Callable[[Any], None]) -> Any:
+        """Call ``callback(EngineStatus)`` for every ``~/status`` message (the latched last one first)."""
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+        from flashrt_ros.msg import EngineStatus
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                             reliability=ReliabilityPolicy.RELIABLE)
+        return self.node.create_subscription(EngineStatus, f"{self.namespace}/status", callback, latched)
+
+    def status(self, timeout_s: float = 10.0) -> Any:
+        """The node's latest ``~/status`` (EngineStatus); ServiceCallError if none arrives in time."""
+        got: list[Any] = []
+        sub = self.watch_status(got.append)
+        try:
+            if not self._wait_until(lambda: bool(got), timeout_s):
+                raise ServiceCallError(f"no {self.namespace}/status message within {timeout_s:.1f} s "
+                                       "(is the node running, and on the same ROS_DOMAIN_ID?)", 13)
+            return got[-1]
+        finally:
+            self.node.destroy_subscription(sub)
+
+    def run_policy(self, *, max_steps: int = 0, max_duration_s: float = 0.0, session: str = "",
+                   rollback_on_cancel: bool = False, feedback: Callable[[Any], None] | None = None,
+                   wait_s: float = 10.0, timeout_s: float = 1e6,
+                   feedback_grace_s: float = 5.0) -> RunPolicyOutcome:
+        """Run one RunPolicy goal to its result; on KeyboardInterrupt cancel it first (see _cancel).
+
+        ``feedback`` gets each step's feedback once (the node sends one per step; here they
+        arrive through our own subscription, so none is lost to the result arriving first).
+        """
+        if self._run_policy is None:
+            self._run_policy = (ActionClient(self.node, RunPolicy, f"{self.namespace}/run_policy"),
+                                self.node.create_subscription(
+                                    RunPolicy.Impl.FeedbackMessage,
+                                    f"{self.namespace}/run_policy/_action/feedback",
+                                    self._on_feedback, FEEDBACK_QOS))
+        action = self._run_policy[0]
+        goal = RunPolicy.Goal(max_steps=int(max_steps), max_duration_s=float(max_duration_s),
+                              session=session, rollback_on_cancel=bool(rollback_on_cancel))
+        if not self._wait_until(action.server_is_ready, wait_s):
+            raise ServiceCallError(
+                f"action {self.namespace}/run_policy not available after {wait_s:.1f} s "
+                "(is a policy node running, and on the same ROS_DOMAIN_ID?)", 13)
+        seen: set[int] = set()
+
+        def on_feedback(fb: Any) -> None:
+            if int(fb.steps) not in seen:
+                seen.add(int(fb.steps))
+                if feedback is not None:
+                    feedback(fb)
+
+        goal_id = UUID(uuid=list(uuid.uuid4().bytes))
+        self._feedback_callbacks[bytes(goal_id.uuid)] = on_feedback
+        handle = self._wait(action.send_goal_async(goal, goal_uuid=goal_id), wait_s)
+        if handle is None:
+            raise ServiceCallError("run_policy: no answer to the goal request", 13)
+        if not handle.accepted:
+            self.forget_feedback(handle)
+            return RunPolicyOutcome(result=None, accepted=False, status=0)
+        try:
+            wrapped = self._wait(handle.get_result_async(), timeout_s)
+        except KeyboardInterrupt as interrupt:
+            interrupt.result = self._cancel(handle, wait_s)
+            raise
+        if wrapped is None:
+            handle.cancel_goal_async()
+            raise ServiceCallError(f"run_policy: no result within {timeout_s:.0f} s", 13)
+        self._wait_until(lambda: len(seen) >= wrapped.result.steps, feedback_grace_s)
+        self.forget_feedback(handle)
+        return RunPolicyOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
+                                feedback_count=len(seen))
+
+    def get_parameters(self, names: list[str], timeout_s: float = 10.0) -> dict[str, Any]:
+        """``{name: Python value}`` of the node's parameters (ServiceCallError for an unknown one)."""
+        from rcl_interfaces.msg import ParameterType
+        from rcl_interfaces.srv import GetParameters
+        from rclpy.parameter import parameter_value_to_python
+        values: dict[str, Any] = {}
+        unknown: list[str] = []
+        for name in names:       # one name per request: rclpy answers an undeclared one with no value
+            answer = self._call_node_service(GetParameters, "get_parameters",
+                                             GetParameters.Request(names=[name]), timeout_s).values
+            if not answer or answer[0].type == ParameterType.PARAMETER_NOT_SET:
+                unknown.append(name)
+            else:
+                values[name] = parameter_value_to_python(answer[0])
+        if unknown:
+            raise ServiceCallError(f"{self.namespace} has no parameter {', '.join(unknown)} "
+                                   "(or it is unset)", 1, response=unknown)
+        return values
+
+    def set_parameter(self, name: str, value: Any, timeout_s: float = 10.0) -> None:
+        """Set one parameter; ServiceCallError with the node's reason if it refuses."""
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+        request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+        response = self._call_node_service(SetParameters, "set_parameters", request, timeout_s)
+        result = response.results[0]
+        if not result.successful:
+            raise ServiceCallError(f"set {name} refused: {result.reason}", 1, response)
+
+    def _call_node_service(self, srv_type: type, name: str, request: Any, timeout_s: float) -> Any:
+        client = self.node.create_client(srv_type, f"{self.namespace}/{name}")
+        try:
+            if not client.wait_for_service(timeout_sec=timeout_s):
+                raise ServiceCallError(f"service {self.namespace}/{name} not available after "
+                                       f"{timeout_s:.1f} s (is the node running, and on the same "
+                                       "ROS_DOMAIN_ID?)", 13)
+            response = self._wait(client.call_async(request), timeout_s)
+            if response is None:
+                raise ServiceCallError(f"{self.namespace}/{name}: no response within {timeout_s:.1f} s", 13)
+            return response
+        finally:
+            self.node.destroy_client(client)
+
     # --- plumbing -------------------------------------------------------
     def _wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Poll ``condition`` (spinning our node if we own its executor) until true or timeout."""
+        self._decide_executor()
         deadline = time.monotonic() + timeout_s
         while not condition() and time.monotonic() < deadline:
             if self._own_executor is not None:
@@ -218,13 +350,21 @@ class FlashRTClient:
                 time.sleep(0.01)
         return condition()
 
-    def _wait(self, future: Future, timeout_s: float) -> Any:
-        """Wait for a future whether or not another thread spins our node."""
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Spin (if we own the executor) until ``condition()`` or the timeout; e.g. for watch_status."""
+        return self._wait_until(condition, timeout_s)
+
+    def _decide_executor(self) -> None:
+        """On the first wait: spin our node ourselves unless an executor already owns it."""
         if not self._decided:
             self._decided = True
             if self.node.executor is None:
                 self._own_executor = SingleThreadedExecutor()
                 self._own_executor.add_node(self.node)
+
+    def _wait(self, future: Future, timeout_s: float) -> Any:
+        """Wait for a future whether or not another thread spins our node."""
+        self._decide_executor()
         if self._own_executor is not None:
             # Short slices: a KeyboardInterrupt is raised between them, not after timeout_s.
             deadline = time.monotonic() + timeout_s
