@@ -195,12 +195,28 @@ class FlashRTClient:
             if feedback is not None:
                 feedback(fb)
 
-        handle = self._wait(self.generate_async(prompt, feedback=on_feedback, wait_s=wait_s,
-                                                **fields), wait_s)
-        if handle is None:
-            raise ServiceCallError("generate: no answer to the goal request", 13)
-        if not handle.accepted:
+        handle, wrapped = self._goal_result(
+            "generate", self.generate_async(prompt, feedback=on_feedback, wait_s=wait_s, **fields),
+            wait_s, timeout_s)
+        if wrapped is None:
             return GenerateOutcome(result=None, accepted=False, status=0)
+        expected = len(wrapped.result.token_ids)
+        complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
+        self.forget_feedback(handle)
+        return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
+                               feedback_complete=complete)
+
+    def _goal_result(self, action: str, sent: Future, wait_s: float, timeout_s: float) -> tuple[Any, Any]:
+        """(goal handle, wrapped result) of a sent goal; (handle, None) when it was rejected.
+
+        Ctrl-C while waiting cancels the goal first (its final result rides on the
+        KeyboardInterrupt as ``.result``); no result within ``timeout_s`` cancels it too."""
+        handle = self._wait(sent, wait_s)
+        if handle is None:
+            raise ServiceCallError(f"{action}: no answer to the goal request", 13)
+        if not handle.accepted:
+            self.forget_feedback(handle)
+            return handle, None
         try:
             wrapped = self._wait(handle.get_result_async(), timeout_s)
         except KeyboardInterrupt as interrupt:
@@ -208,12 +224,8 @@ class FlashRTClient:
             raise
         if wrapped is None:
             handle.cancel_goal_async()
-            raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s", 13)
-        expected = len(wrapped.result.token_ids)
-        complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
-        self.forget_feedback(handle)
-        return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
-                               feedback_complete=complete)
+            raise ServiceCallError(f"{action}: no result within {timeout_s:.0f} s", 13)
+        return handle, wrapped
 
     def _cancel(self, handle: Any, wait_s: float) -> Any:
         """Cancel a goal and return its final result (the node stops at a committed boundary)."""
@@ -276,20 +288,10 @@ class FlashRTClient:
 
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))
         self._feedback_callbacks[bytes(goal_id.uuid)] = on_feedback
-        handle = self._wait(action.send_goal_async(goal, goal_uuid=goal_id), wait_s)
-        if handle is None:
-            raise ServiceCallError("run_policy: no answer to the goal request", 13)
-        if not handle.accepted:
-            self.forget_feedback(handle)
-            return RunPolicyOutcome(result=None, accepted=False, status=0)
-        try:
-            wrapped = self._wait(handle.get_result_async(), timeout_s)
-        except KeyboardInterrupt as interrupt:
-            interrupt.result = self._cancel(handle, wait_s)
-            raise
+        handle, wrapped = self._goal_result("run_policy", action.send_goal_async(goal, goal_uuid=goal_id),
+                                            wait_s, timeout_s)
         if wrapped is None:
-            handle.cancel_goal_async()
-            raise ServiceCallError(f"run_policy: no result within {timeout_s:.0f} s", 13)
+            return RunPolicyOutcome(result=None, accepted=False, status=0)
         self._wait_until(lambda: len(seen) >= wrapped.result.steps, feedback_grace_s)
         self.forget_feedback(handle)
         return RunPolicyOutcome(result=wrapped.result, accepted=True, status=wrapped.status,

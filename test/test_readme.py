@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
-from rosproc import REPO, ros_env, wait_for_text
+from rosproc import REPO, ros_env, stop, wait_for_text
 
 README = (REPO / "README.md").read_text()
 BLOCKS = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
@@ -91,17 +90,6 @@ def _serve(block: str, home: Path, log: Path) -> subprocess.Popen:
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _stop(proc: subprocess.Popen) -> int | None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode
-
-
 class _Robot:
     """Publishes the README's robot topics at 15 Hz: joint states, a raw and a compressed camera."""
 
@@ -164,7 +152,7 @@ def test_robot_quick_start_runs_as_written(tmp_path):
         assert "150 steps, stop: max_steps" in r.stdout and "30 steps, stop: max_steps" in r.stdout
         assert "snapshot before_grasp" in r.stdout and "restored before_grasp" in r.stdout
     finally:
-        code = _stop(node)
+        code = stop(node, timeout=30)
         robot.close()
     assert code == 0, log.read_text()
     assert "Traceback" not in log.read_text()
@@ -181,7 +169,7 @@ def test_llm_quick_start_runs_as_written(tmp_path):
         assert "snapshot home" in r.stdout and "restored home" in r.stdout
         assert r.stderr.count("tokens, stop:") == 2, r.stderr
     finally:
-        code = _stop(node)
+        code = stop(node, timeout=30)
     assert code == 0, log.read_text()
 
 

@@ -25,8 +25,9 @@ response is proven serializable before it is returned, and the executor loop
 
 Executors and threads: a MultiThreadedExecutor with separate callback groups
 for the state services (reentrant: several clients at once), the generate
-action and the control/status timers. The engine's BoundaryGate serialises
-everything that touches state.
+action, the control/status timers and (policy_io.py) the policy's input
+subscriptions, so a long step never delays their receipt. The engine's
+BoundaryGate serialises everything that touches state.
 
 Sessions: a Generate goal naming a ``session`` other than the current one
 parks the current state as a hidden capsule and restores that session's (a
