@@ -80,6 +80,12 @@ def test_every_flashrt_command_parses_and_names_declared_parameters():
     assert checked >= 10
 
 
+needs_bare_setup = pytest.mark.skipif(
+    not (REPO / ".venv" / "bin" / "flashrt").exists(),
+    reason="the README's quick starts call .venv/bin/flashrt, which scripts/setup.sh creates "
+           "(a colcon install on a distro has none)")
+
+
 def _run_block(block: str, home: Path, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=REPO, env=ros_env(HOME=str(home)),
                           capture_output=True, text=True, timeout=timeout)
@@ -131,6 +137,7 @@ class _Robot:
         rclpy.try_shutdown()
 
 
+@needs_bare_setup
 def test_robot_quick_start_runs_as_written(tmp_path):
     from lerobot_reference import lerobot
     lerobot()                                              # skips without the LeRobot reference
@@ -158,6 +165,7 @@ def test_robot_quick_start_runs_as_written(tmp_path):
     assert "Traceback" not in log.read_text()
 
 
+@needs_bare_setup
 def test_llm_quick_start_runs_as_written(tmp_path):
     serve = block_with(".venv/bin/flashrt serve    #")
     log = tmp_path / "serve.log"
