@@ -42,11 +42,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CAMERAS = ("observation.images.top", "observation.images.wrist")
 
 
-def build_act(directory: Path, policy_hw: tuple[int, int], dim_model: int) -> None:
-    """A two-camera ACT (14 joints, ALOHA-like) saved with LeRobot's save_pretrained."""
+def build_act(directory: Path, policy_hw: tuple[int, int], dim_model: int, smoke: bool = False) -> None:
+    """A two-camera ACT (14 joints, ALOHA-like) saved with LeRobot's save_pretrained
+    (``smoke``: the tiny shapes of ``policies --smoke``, to check the script runs)."""
     from flashrt_ros.benchmarks.policies import make_checkpoint
-    make_checkpoint("act", directory, smoke=False, cameras=CAMERAS, hw=policy_hw,
-                    dim_model=dim_model, n_heads=8, dim_feedforward=4 * dim_model)
+    if smoke:
+        make_checkpoint("act", directory, smoke=True, cameras=CAMERAS, hw=policy_hw)
+    else:
+        make_checkpoint("act", directory, smoke=False, cameras=CAMERAS, hw=policy_hw,
+                        dim_model=dim_model, n_heads=8, dim_feedforward=4 * dim_model)
 
 
 def checkpoint_inputs(directory: Path) -> tuple[int, list[str]]:
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     checkpoint = Path(args.checkpoint) if args.checkpoint else work / "act"
     if not args.checkpoint:
         print(f"building a two-camera ACT checkpoint in {checkpoint} ...", file=sys.stderr)
-        build_act(checkpoint, tuple(args.policy_hw), args.dim_model)
+        build_act(checkpoint, tuple(args.policy_hw), args.dim_model, smoke=args.smoke)
     state_size, cameras = checkpoint_inputs(checkpoint)
     joints = [f"joint{i}" for i in range(state_size)]
     ns = f"/robot_rate_{os.getpid()}"
@@ -206,8 +210,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "step_p50_ms": last.step_p50_ms if last else float("nan"),
         "step_p99_ms": last.step_p99_ms if last else float("nan"),
         "cameras": f"{len(cameras)} x {width}x{height} rgb8", "joints": len(joints),
-        "checkpoint": str(args.checkpoint or f"built: ACT, 2 cameras, policy images "
-                          f"{args.policy_hw[0]}x{args.policy_hw[1]}, dim_model {args.dim_model}"),
+        "checkpoint": str(args.checkpoint or f"built: ACT{' (smoke shapes)' if args.smoke else ''}, "
+                          f"2 cameras, policy images {args.policy_hw[0]}x{args.policy_hw[1]}, "
+                          f"dim_model {32 if args.smoke else args.dim_model}"),
         "load_avg_before": load_before, "load_avg_after": load_after, "cpus": os.cpu_count(),
         "node_log": str(log_path),
     }
@@ -248,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-age", type=float, default=0.0,
                    help="max_observation_age_s of the node (default 0: 1.5 control periods)")
     p.add_argument("--start-timeout", type=float, default=300.0)
+    p.add_argument("--smoke", action="store_true", help="a tiny built ACT (checks the script runs)")
     p.add_argument("--json", help="also write the result as JSON here")
     args = p.parse_args(argv)
     result = run(args)
