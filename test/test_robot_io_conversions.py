@@ -140,6 +140,21 @@ def test_wider_image_is_centre_cropped_without_resampling():
     assert torch.equal(out, torch.from_numpy(pixels[:, 2:6]).permute(2, 0, 1).float() / 255.0)
 
 
+def test_resize_matches_an_antialiased_float_resize_within_one_grey_level():
+    import torch.nn.functional as F
+    pixels = (np.random.default_rng(0).integers(0, 256, (60, 80, 3))).astype(np.uint8)
+    for shape in ((3, 24, 24), (3, 30, 40), (3, 90, 120)):             # shrink + crop, shrink, enlarge
+        out = to_policy_image(pixels, shape)
+        h, w = shape[1:]
+        scale = max(h / 60, w / 80)
+        new_h, new_w = max(h, round(60 * scale)), max(w, round(80 * scale))
+        ref = F.interpolate(torch.from_numpy(pixels).permute(2, 0, 1).float()[None] / 255, size=(new_h, new_w),
+                            mode="bilinear", align_corners=False, antialias=scale < 1)[0]
+        top, left = (new_h - h) // 2, (new_w - w) // 2
+        ref = ref[:, top:top + h, left:left + w]
+        assert out.shape == shape and (out - ref).abs().max() <= 1.5 / 255, shape
+
+
 def test_larger_image_is_resized_to_cover_then_cropped():
     pixels = np.full((48, 64, 3), (10, 200, 30), np.uint8)
     out = image_feature(pixels.tobytes(), 48, 64, 64 * 3, "rgb8", (3, 24, 24))

@@ -65,7 +65,7 @@ def checkpoint_inputs(directory: Path) -> tuple[int, list[str]]:
 
 
 def start_node(ns: str, checkpoint: Path, rate: float, max_age: float, joints: list[str],
-               cameras: list[str], log_path: Path, capsules: Path) -> Any:
+               cameras: list[str], log_path: Path, capsules: Path, torch_threads: int = 0) -> Any:
     import subprocess
     params = {"engine_kind": "policy", "policy": f"lerobot:{checkpoint}", "device": "cpu",
               "control_rate_hz": str(rate), "status_period_s": "0.5", "autostart": "true",
@@ -81,6 +81,8 @@ def start_node(ns: str, checkpoint: Path, rate: float, max_age: float, joints: l
     for key, value in params.items():
         args += ["-p", f"{key}:={value}"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if torch_threads:                       # torch's intra-op threads of the node (OMP_NUM_THREADS)
+        env["OMP_NUM_THREADS"] = str(torch_threads)
     return subprocess.Popen(args, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
 
@@ -112,7 +114,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ns = f"/robot_rate_{os.getpid()}"
     log_path = work / "node.log"
     load_before = os.getloadavg()
-    proc = start_node(ns, checkpoint, args.rate, args.max_age, joints, cameras, log_path, work / "capsules")
+    proc = start_node(ns, checkpoint, args.rate, args.max_age, joints, cameras, log_path, work / "capsules",
+                      args.torch_threads)
 
     rclpy.init()
     node = rclpy.create_node("robot_rate_sensors", namespace=ns)
@@ -213,7 +216,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "checkpoint": str(args.checkpoint or f"built: ACT{' (smoke shapes)' if args.smoke else ''}, "
                           f"2 cameras, policy images {args.policy_hw[0]}x{args.policy_hw[1]}, "
                           f"dim_model {32 if args.smoke else args.dim_model}"),
-        "load_avg_before": load_before, "load_avg_after": load_after, "cpus": os.cpu_count(),
+        "torch_threads": args.torch_threads or "default", "load_avg_before": load_before, "load_avg_after": load_after, "cpus": os.cpu_count(),
         "node_log": str(log_path),
     }
 
@@ -235,7 +238,8 @@ def markdown(r: dict[str, Any]) -> str:
         ("inputs", f"{r['cameras']} + JointState ({r['joints']} joints)"),
         ("policy", r["checkpoint"]),
         ("machine", f"{r['cpus']} CPUs, load average {r['load_avg_before'][0]:.1f} before, "
-                    f"{r['load_avg_after'][0]:.1f} after (1 min)"),
+                    f"{r['load_avg_after'][0]:.1f} after (1 min); node torch threads "
+                    f"{r['torch_threads']}"),
     ]
     return "\n".join(["| quantity | value |", "| --- | --- |"] + [f"| {a} | {b} |" for a, b in rows])
 
@@ -253,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-age", type=float, default=0.0,
                    help="max_observation_age_s of the node (default 0: 1.5 control periods)")
     p.add_argument("--start-timeout", type=float, default=300.0)
+    p.add_argument("--torch-threads", type=int, default=0,
+                   help="OMP_NUM_THREADS of the node (default: torch's choice, one per core)")
     p.add_argument("--smoke", action="store_true", help="a tiny built ACT (checks the script runs)")
     p.add_argument("--json", help="also write the result as JSON here")
     args = p.parse_args(argv)

@@ -20,7 +20,6 @@ import io
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from flashrt_ros.runtime.errors import InvalidArgument
 
@@ -122,22 +121,33 @@ def decode_compressed(data: bytes | bytearray | memoryview, fmt: str = "") -> np
 
 
 def to_policy_image(pixels: np.ndarray, shape: tuple[int, ...]) -> torch.Tensor:
-    """``(h, w, 3)`` uint8 RGB -> float32 ``shape == (3, H, W)`` in [0, 1] (resize to cover, centre crop)."""
+    """``(h, w, 3)`` uint8 RGB -> float32 ``shape == (3, H, W)`` in [0, 1] (resize to cover, centre crop).
+
+    The resize runs on the uint8 frame in Pillow (bilinear with a support scaled to the
+    reduction, i.e. antialiased when shrinking: the filter torch's ``antialias=True`` follows),
+    single-threaded, like the conversion to float (numpy). Why not torch: its interpolation
+    and element-wise ops use the intra-op thread pool, and on a
+    loaded 2-core machine one 320x240 frame then took 30-70 ms instead of ~1 ms, more than a
+    control period for two cameras. The result differs from a float resize by at most one
+    grey level (the uint8 rounding).
+    """
     if len(shape) != 3 or shape[0] != 3:
         raise InvalidArgument(f"image features must be shaped (3, H, W), got {tuple(shape)}")
     _, out_h, out_w = shape
-    img = torch.from_numpy(np.array(pixels, dtype=np.uint8))            # a writable copy
-    img = img.permute(2, 0, 1).to(torch.float32) / 255.0
-    h, w = img.shape[1:]
+    h, w = pixels.shape[:2]
     if (h, w) != (out_h, out_w):
         scale = max(out_h / h, out_w / w)
         new_h, new_w = max(out_h, round(h * scale)), max(out_w, round(w * scale))
         if (new_h, new_w) != (h, w):
-            img = F.interpolate(img.unsqueeze(0), size=(new_h, new_w), mode="bilinear",
-                                align_corners=False, antialias=scale < 1.0).squeeze(0)
+            from PIL import Image as PILImage
+            resized = PILImage.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8)).resize(
+                (new_w, new_h), PILImage.Resampling.BILINEAR)
+            pixels = np.asarray(resized)
         top, left = (new_h - out_h) // 2, (new_w - out_w) // 2
-        img = img[:, top:top + out_h, left:left + out_w]
-    return img.clamp_(0.0, 1.0).contiguous()
+        pixels = pixels[top:top + out_h, left:left + out_w]
+    # numpy, not torch: a (3, 96, 128) tensor op is already large enough for torch's thread pool
+    chw = np.ascontiguousarray(np.asarray(pixels, dtype=np.uint8).transpose(2, 0, 1))
+    return torch.from_numpy(np.divide(chw, np.float32(255.0), dtype=np.float32))
 
 
 def image_feature(data: bytes | bytearray | memoryview | np.ndarray, height: int, width: int,
