@@ -237,11 +237,11 @@ class _LogRecordingNode:
         return getattr(self._node, name)
 
 
-def _camera_and_state_io(ros, prefix: str, engine, states: list, **io_fields):
+def _camera_and_state_io(ros, prefix: str, engine, states: list, camera: str = "front", **io_fields):
     from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 
     from flashrt_ros.ros.policy_io import PolicyIO
-    io = RobotIOConfig(input_state_topic=f"/{prefix}/state", input_image_topics=(f"/{prefix}/front",),
+    io = RobotIOConfig(input_state_topic=f"/{prefix}/state", input_image_topics=(f"/{prefix}/{camera}",),
                        output_topic=f"/{prefix}/action", **io_fields)
     node = _LogRecordingNode(ros.peer)
     holder: dict = {}
@@ -259,9 +259,11 @@ def _rgb_frame(i, encoding="rgb8"):
 
 
 def test_a_step_longer_than_a_period_never_makes_fresh_inputs_stale(ros):
-    # Inputs arrive every 50 ms and may be 0.3 s old; each step takes 0.6 s. Were receipt
+    # Inputs are published every 50 ms and may be 0.3 s old; each step takes 0.6 s. Were receipt
     # queued behind the step (one callback group), every tick after a step would see inputs
-    # >= 0.6 s old and report them stale, the first slow step after start included.
+    # >= 0.6 s old and report them stale, the first slow step after start included. A stale
+    # report is only allowed where the publishers themselves were late by more than 0.3 s
+    # (a loaded test machine can stall their threads).
     engine = _SlowEngine(step_s=0.6)
     states: list = []
     policy_io, _node = _camera_and_state_io(ros, "slow", engine, states, max_observation_age_s=0.3)
@@ -275,7 +277,9 @@ def test_a_step_longer_than_a_period_never_makes_fresh_inputs_stale(ros):
         state.stop()
         policy_io.destroy()
     fresh_at = next(i for i, (s, _d) in enumerate(states) if s == "fresh")
-    assert all(s == "fresh" for s, _d in states[fresh_at:]), states
+    stale_reports = sum(s == "stale" for s, _d in states[fresh_at:])
+    late = sum(b - a > 0.3 for feeder in (camera, state) for a, b in zip(feeder.times, feeder.times[1:]))
+    assert len(engine.seen) >= 5 and stale_reports <= late, (late, states)
 
 
 def test_receipt_time_comes_from_the_middleware_when_it_has_one():
@@ -335,13 +339,8 @@ def test_compressed_camera_topic_feeds_the_feature_of_its_base_name(ros):
 
     from PIL import Image as PILImage
     from sensor_msgs.msg import CompressedImage
-
-    from flashrt_ros.ros.policy_io import PolicyIO
     engine = _RecordingEngine()
-    io = RobotIOConfig(input_state_topic="/jpeg/state", input_image_topics=("/jpeg/front/compressed",),
-                       output_topic="/jpeg/action")
-    policy_io = PolicyIO(ros.peer, engine, SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
-                                                           qos_deadline_factor=0.0), io, None)
+    policy_io, _node = _camera_and_state_io(ros, "jpeg", engine, [], camera="front/compressed")
     buf = iolib.BytesIO()
     PILImage.new("RGB", (16, 12), (0, 0, 255)).save(buf, format="PNG")
     frame = lambda i: CompressedImage(format="bgr8; png compressed bgr8", data=buf.getvalue())  # noqa: E731

@@ -86,14 +86,21 @@ needs_bare_setup = pytest.mark.skipif(
            "(a colcon install on a distro has none)")
 
 
-def _run_block(block: str, home: Path, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=REPO, env=ros_env(HOME=str(home)),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _serve(block: str, home: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(["bash", "-c", block], cwd=REPO, env=ros_env(HOME=str(home)),
+def quick_start(serve_text: str, client_text: str, home: Path, timeout: float) -> subprocess.CompletedProcess:
+    """Run the README block with ``serve_text`` in the background until the node is active, then
+    the block with ``client_text`` (bash -e, from the checkout, ``HOME=home``); the node must then
+    stop cleanly (status 0, no traceback)."""
+    env = ros_env(HOME=str(home))
+    log = home / "serve.log"
+    node = subprocess.Popen(["bash", "-c", block_with(serve_text)], cwd=REPO, env=env,
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert wait_for_text(log, "active: serving capsule services", 300, node), log.read_text()
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", block_with(client_text)], cwd=REPO,
+                              env=env, capture_output=True, text=True, timeout=timeout)
+    finally:
+        assert stop(node, timeout=30) == 0, log.read_text()
+        assert "Traceback" not in log.read_text(), log.read_text()
 
 
 class _Robot:
@@ -142,43 +149,29 @@ def test_robot_quick_start_runs_as_written(tmp_path):
     from lerobot_reference import lerobot
     lerobot()                                              # skips without the LeRobot reference
     from flashrt_ros.benchmarks.policies import make_checkpoint
-    serve = block_with("flashrt serve --namespace /robot1")
+    serve = block_with("flashrt serve --namespace /robot1")     # names taken from the README
     joints = re.search(r"input_joint_names:=\[(.*?)\]", serve).group(1).split(", ")
     cameras = tuple(re.search(r"input_image_features:=\[(.*?)\]", serve).group(1).split(", "))
     checkpoint = Path(re.search(r"CKPT=\$HOME/(\S+)", serve).group(1))
     make_checkpoint("act", tmp_path / checkpoint, smoke=True, cameras=cameras, hw=(24, 32),
                     joints=len(joints))
     robot = _Robot(joints)
-    log = tmp_path / "serve.log"
-    node = _serve(serve, tmp_path, log)
     try:
-        assert wait_for_text(log, "active: serving capsule services", 180, node), log.read_text()
-        r = _run_block(block_with("run-policy --max-steps 150"), tmp_path, timeout=400)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert "lifecycle_state" in r.stdout and "active" in r.stdout
-        assert "150 steps, stop: max_steps" in r.stdout and "30 steps, stop: max_steps" in r.stdout
-        assert "snapshot before_grasp" in r.stdout and "restored before_grasp" in r.stdout
+        r = quick_start("flashrt serve --namespace /robot1", "run-policy --max-steps 150", tmp_path, 400)
     finally:
-        code = stop(node, timeout=30)
         robot.close()
-    assert code == 0, log.read_text()
-    assert "Traceback" not in log.read_text()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "lifecycle_state" in r.stdout and "active" in r.stdout
+    assert "150 steps, stop: max_steps" in r.stdout and "30 steps, stop: max_steps" in r.stdout
+    assert "snapshot before_grasp" in r.stdout and "restored before_grasp" in r.stdout
 
 
 @needs_bare_setup
 def test_llm_quick_start_runs_as_written(tmp_path):
-    serve = block_with(".venv/bin/flashrt serve    #")
-    log = tmp_path / "serve.log"
-    node = _serve(serve, tmp_path, log)
-    try:
-        assert wait_for_text(log, "active: serving capsule services", 300, node), log.read_text()
-        r = _run_block(block_with('generate "Name three colours."'), tmp_path, timeout=600)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert "snapshot home" in r.stdout and "restored home" in r.stdout
-        assert r.stderr.count("tokens, stop:") == 2, r.stderr
-    finally:
-        code = stop(node, timeout=30)
-    assert code == 0, log.read_text()
+    r = quick_start(".venv/bin/flashrt serve    #", 'generate "Name three colours."', tmp_path, 600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "snapshot home" in r.stdout and "restored home" in r.stdout
+    assert r.stderr.count("tokens, stop:") == 2, r.stderr
 
 
 def test_every_relative_link_of_the_readme_exists():
