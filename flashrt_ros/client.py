@@ -327,13 +327,24 @@ class FlashRTClient:
             raise ServiceCallError(f"set {name} refused: {result.reason}", 1, response)
 
     def _call_node_service(self, srv_type: type, name: str, request: Any, timeout_s: float) -> Any:
-        client = self.node.create_client(srv_type, f"{self.namespace}/{name}")
+        """Call one of the node's own rcl_interfaces services (idempotent requests only).
+
+        A fresh client's first request can be answered before the server has matched the
+        client's response reader, and that answer is lost; so an unanswered request is sent
+        again after 2, 4, 8 ... s, within ``timeout_s``."""
+        client = self.node.create_client(srv_type, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
         try:
             if not client.wait_for_service(timeout_sec=timeout_s):
                 raise ServiceCallError(f"service {self.namespace}/{name} not available after "
                                        f"{timeout_s:.1f} s (is the node running, and on the same "
                                        "ROS_DOMAIN_ID?)", 13)
-            response = self._wait(client.call_async(request), timeout_s)
+            deadline, window, response = time.monotonic() + timeout_s, 2.0, None
+            while response is None and (left := deadline - time.monotonic()) > 0:
+                future = client.call_async(request)
+                response = self._wait(future, min(window, left))
+                if response is None:
+                    client.remove_pending_request(future)
+                window *= 2
             if response is None:
                 raise ServiceCallError(f"{self.namespace}/{name}: no response within {timeout_s:.1f} s", 13)
             return response
