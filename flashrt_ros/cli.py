@@ -21,8 +21,8 @@ EXIT_CODES = f"""exit status:
   {EXIT_FAILED}    the node answered success=false (or rejected the goal)
   {EXIT_USAGE}    bad usage
   {EXIT_UNREACHABLE}    the node could not be reached within --timeout
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a running generation is cancelled at its next
-       committed boundary first"""
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a running generation or run-policy goal is
+       cancelled at its next committed boundary first"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,6 +89,25 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-seconds", type=float, default=600.0,
                    help="give up (and cancel) after this long (default 600)")
     s.add_argument("--session", default="", help="conversation to continue (default: the current one)")
+    s = sub.add_parser("status", help="print the node's ~/status (lifecycle, engine, policy inputs)")
+    s.add_argument("--watch", action="store_true", help="print every status message until Ctrl-C")
+    s.add_argument("--count", type=int, default=0, metavar="N",
+                   help="with --watch: stop after N messages (exit 0)")
+    s = sub.add_parser("run-policy", help="run the policy for a bounded time (RunPolicy action; "
+                                          "prints each step; Ctrl-C cancels)")
+    s.add_argument("--max-steps", type=int, default=0, metavar="N", help="stop after N policy steps")
+    s.add_argument("--max-duration", type=float, default=0.0, metavar="S", help="stop after S seconds")
+    s.add_argument("--session", default="", help="capsule session to run in (default: the current one)")
+    s.add_argument("--rollback-on-cancel", action="store_true",
+                   help="a cancel (Ctrl-C) restores the state the goal started from")
+    s.add_argument("--quiet", action="store_true", help="no line per step")
+    s = sub.add_parser("param", help="get or set a node parameter")
+    verbs = s.add_subparsers(dest="param_verb", required=True, metavar="get|set")
+    verbs.add_parser("get", help="print parameter values").add_argument("names", nargs="+", metavar="NAME")
+    setter = verbs.add_parser("set", help="set a parameter (VALUE as in ros2 param set: 3, 0.5, "
+                                          "true, text, [a, b])")
+    setter.add_argument("name")
+    setter.add_argument("value")
     s = sub.add_parser("demo", help="start a node on SmolLM2 and run the scripted capsule session")
     s.add_argument("--model", default="smollm2")
     s.add_argument("--tokens", type=int, default=24, help="tokens per generation")
@@ -194,6 +213,12 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
         r = call(c)
     elif c == "generate":
         return _generate(args, client)
+    elif c == "status":
+        return _status(args, client)
+    elif c == "run-policy":
+        return _run_policy(args, client)
+    elif c == "param":
+        return _param(args, client)
     else:  # pragma: no cover - argparse prevents it
         return EXIT_USAGE
     latency = getattr(r, "engine_latency_ms", None)
@@ -235,6 +260,85 @@ def _generate(args: argparse.Namespace, client: Any) -> int:
         return EXIT_FAILED
     print(f"[{len(r.token_ids)} tokens, stop: {r.stop_reason}, ttft {r.ttft_ms:.1f} ms, "
           f"{r.tokens_per_second:.1f} tok/s, position {r.position}]", file=sys.stderr)
+    return EXIT_OK
+
+
+def format_status(msg: Any) -> str:
+    """An EngineStatus as ``field: value`` lines (policy fields only for a policy node)."""
+    fields = ["lifecycle_state", "engine_kind", "model", "device", "session", "busy", "position",
+              "boundary_id", "capsule_count", "arena_bytes", "live_bytes", "step_p50_ms", "step_p99_ms"]
+    if msg.engine_kind == "policy":
+        fields += ["inputs_state", "inputs_detail", "policy_steps", "deadline_misses",
+                   "rejected_messages"]
+    width = max(map(len, fields))
+    return "\n".join(f"{f.ljust(width)}  {getattr(msg, f)}" for f in fields)
+
+
+def _status(args: argparse.Namespace, client: Any) -> int:
+    if not args.watch:
+        print(format_status(client.status(timeout_s=args.timeout)))
+        return EXIT_OK
+    seen: list[Any] = []
+
+    def show(msg: Any) -> None:
+        if args.count and len(seen) >= args.count:
+            return                                       # several can arrive in one spin
+        seen.append(msg)
+        stamp = msg.stamp.sec + msg.stamp.nanosec * 1e-9
+        print(f"--- {stamp:.3f}\n{format_status(msg)}", flush=True)
+
+    client.watch_status(show)
+    if not client.wait_until(lambda: bool(seen), args.timeout):
+        print(f"error: no {client.namespace}/status message within {args.timeout:.1f} s (is the node "
+              "running, and on the same ROS_DOMAIN_ID?)", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    while not args.count or len(seen) < args.count:       # Ctrl-C ends it (exit 130)
+        client.wait_until(lambda: False, 0.5)
+    return EXIT_OK
+
+
+def _run_policy(args: argparse.Namespace, client: Any) -> int:
+    if args.max_steps < 0 or args.max_duration < 0 or not (args.max_steps or args.max_duration):
+        print("error: give --max-steps N and/or --max-duration S (a goal must end by itself)",
+              file=sys.stderr)
+        return EXIT_USAGE
+
+    def step(feedback: Any) -> None:
+        if not args.quiet:
+            action = ", ".join(f"{a:.4f}" for a in feedback.last_action)
+            print(f"step {feedback.steps}: [{action}]", flush=True)
+
+    try:
+        outcome = client.run_policy(max_steps=args.max_steps, max_duration_s=args.max_duration,
+                                    session=args.session, rollback_on_cancel=args.rollback_on_cancel,
+                                    feedback=step, wait_s=args.timeout)
+    except KeyboardInterrupt as interrupt:
+        result = getattr(interrupt, "result", None)
+        where = f" after {result.steps} steps" if result is not None else ""
+        back = ", rolled back to the goal's start" if result is not None and result.rolled_back else ""
+        print(f"\ninterrupted: goal cancelled{where}{back}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if not outcome.accepted:
+        print("error: goal rejected (node not active with a policy engine, or a goal is already "
+              "running)", file=sys.stderr)
+        return EXIT_FAILED
+    r = outcome.result
+    if not r.success:
+        print(f"error: {r.message}", file=sys.stderr)
+        return EXIT_FAILED
+    print(r.message)
+    return EXIT_OK
+
+
+def _param(args: argparse.Namespace, client: Any) -> int:
+    if args.param_verb == "get":
+        for name, value in client.get_parameters(args.names, timeout_s=args.timeout).items():
+            print(f"{name}: {value!r}")
+        return EXIT_OK
+    from rclpy.parameter import get_parameter_value, parameter_value_to_python
+    value = parameter_value_to_python(get_parameter_value(args.value))
+    client.set_parameter(args.name, value, timeout_s=args.timeout)
+    print(f"set {args.name} = {value!r}")
     return EXIT_OK
 
 

@@ -24,6 +24,11 @@ applied one answers ALREADY_EXISTS), drop and close_session (NOT_FOUND),
 rollback (it would go back twice) and a Generate goal (it may have been
 accepted: a goal whose acceptance never arrived is cancelled by its id
 instead). A lost result is asked for again once the goal's status says it ended.
+
+Beside the capsule services and Generate: ``status`` / ``watch_status``
+(``~/status``, transient-local), ``run_policy`` (the RunPolicy action) and
+``get_parameters`` / ``set_parameter`` (the node's rcl_interfaces services):
+what a user without ros2cli needs.
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
 
-from flashrt_ros.action import Generate
+from flashrt_ros.action import Generate, RunPolicy
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
                              Snapshot, Unpin, Verify)
@@ -103,6 +108,14 @@ class ServiceCallError(RuntimeError):
 
 
 @dataclass
+class RunPolicyOutcome:
+    result: Any            # RunPolicy.Result
+    accepted: bool
+    status: int            # action_msgs/GoalStatus
+    feedback_count: int = 0          # feedback messages received (== result.steps when none were lost)
+
+
+@dataclass
 class GenerateOutcome:
     result: Any            # Generate.Result (its ``text`` is always the whole generated text)
     accepted: bool
@@ -127,7 +140,9 @@ class FlashRTClient:
             Generate.Impl.FeedbackMessage, f"{self.namespace}/generate/_action/feedback",
             self._on_feedback, FEEDBACK_QOS)
         self._sent_goal_ids: dict[int, Any] = {}     # generate_async future -> goal id, until answered
-        self._cancel_client: Any = None
+        self._cancel_clients: dict[str, Any] = {}    # action name -> its cancel_goal service client
+        self._run_policy: Any = None              # ActionClient and feedback subscription, on first use
+        self._status_sub: Any = None
         # Spin the node ourselves only if no executor owns it when we first wait.
         self._own_executor: Any = None
         self._decided = False
@@ -219,7 +234,7 @@ class FlashRTClient:
             setattr(goal, key, value)
         if not self._generate.wait_for_server(timeout_sec=wait_s):
             raise ServiceCallError(
-                f"action {self.namespace}/generate not available after {wait_s:.1f} s", 13)
+                f"action {self.namespace}/generate not available after {wait_s:.1f} s", TIMEOUT_CODE)
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))
         if feedback is not None:
             self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
@@ -261,20 +276,36 @@ class FlashRTClient:
             if feedback is not None:
                 feedback(fb)
 
-        goal_future = self.generate_async(prompt, feedback=on_feedback, wait_s=wait_s, **fields)
-        handle = self._wait(goal_future, wait_s)
+        handle, wrapped = self._goal_result(
+            "generate", self.generate_async(prompt, feedback=on_feedback, wait_s=wait_s, **fields),
+            wait_s, timeout_s)
+        if wrapped is None:
+            return GenerateOutcome(result=None, accepted=False, status=0)
+        expected = len(wrapped.result.token_ids)
+        complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
+        self.forget_feedback(handle)
+        return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
+                               feedback_complete=complete)
+
+    def _goal_result(self, action: str, sent: Future, wait_s: float, timeout_s: float) -> tuple[Any, Any]:
+        """(goal handle, wrapped result) of a sent goal; (handle, None) when it was rejected.
+
+        Ctrl-C while waiting cancels the goal first (its final result rides on the
+        KeyboardInterrupt as ``.result``); no result within ``timeout_s`` cancels it too."""
+        handle = self._wait(sent, wait_s)
         if handle is None:
             # Never re-sent: it may have been accepted. Cancel it by its id in case it was.
-            goal_id = self._sent_goal_ids.get(id(goal_future))
-            goal_future.cancel()
-            cancelled = goal_id is not None and self._wait(self.cancel_goal_id(goal_id), wait_s) is not None
+            goal_id = self._sent_goal_ids.get(id(sent))
+            sent.cancel()
+            cancelled = goal_id is not None and self._wait(self.cancel_goal_id(goal_id, action), wait_s) is not None
             raise ServiceCallError(
-                f"generate: no answer to the goal request within {wait_s:.1f} s (TIMEOUT); not re-sent, "
+                f"{action}: no answer to the goal request within {wait_s:.1f} s (TIMEOUT); not re-sent, "
                 + ("a cancel was sent in case it was accepted" if cancelled else
                    "and no answer to a cancel either: the goal may be running"), TIMEOUT_CODE)
-        self._sent_goal_ids.pop(id(goal_future), None)
+        self._sent_goal_ids.pop(id(sent), None)
         if not handle.accepted:
-            return GenerateOutcome(result=None, accepted=False, status=0)
+            self.forget_feedback(handle)
+            return handle, None
         try:
             wrapped = self.wait_result(handle, timeout_s)
         except KeyboardInterrupt as interrupt:
@@ -282,13 +313,9 @@ class FlashRTClient:
             raise
         if wrapped is None:
             handle.cancel_goal_async()
-            raise ServiceCallError(f"generate: no result within {timeout_s:.0f} s (TIMEOUT); a cancel "
+            raise ServiceCallError(f"{action}: no result within {timeout_s:.0f} s (TIMEOUT); a cancel "
                                    "was sent", TIMEOUT_CODE)
-        expected = len(wrapped.result.token_ids)
-        complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
-        self.forget_feedback(handle)
-        return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
-                               feedback_complete=complete)
+        return handle, wrapped
 
     def wait_result(self, handle: Any, timeout_s: float) -> Any:
         """The goal's wrapped result, or None after ``timeout_s``.
@@ -313,14 +340,14 @@ class FlashRTClient:
             self._wait_any(futures, min(left, 0.2))
         return None
 
-    def cancel_goal_id(self, goal_id: Any) -> Future:
-        """Ask the node to cancel goal ``goal_id`` (a goal whose acceptance never arrived)."""
+    def cancel_goal_id(self, goal_id: Any, action: str = "generate") -> Future:
+        """Ask the node to cancel goal ``goal_id`` of ``action`` (a goal whose acceptance never arrived)."""
         from action_msgs.msg import GoalInfo
         from action_msgs.srv import CancelGoal
-        if self._cancel_client is None:
-            self._cancel_client = self.node.create_client(
-                CancelGoal, f"{self.namespace}/generate/_action/cancel_goal")
-        return self._cancel_client.call_async(CancelGoal.Request(goal_info=GoalInfo(goal_id=goal_id)))
+        if action not in self._cancel_clients:
+            self._cancel_clients[action] = self.node.create_client(
+                CancelGoal, f"{self.namespace}/{action}/_action/cancel_goal")
+        return self._cancel_clients[action].call_async(CancelGoal.Request(goal_info=GoalInfo(goal_id=goal_id)))
 
     def _cancel(self, handle: Any, wait_s: float) -> Any:
         """Cancel a goal and return its final result (the node stops at a committed boundary)."""
@@ -329,9 +356,128 @@ class FlashRTClient:
         wrapped = self.wait_result(handle, wait_s)
         return wrapped.result if wrapped is not None else None
 
+    # --- status, RunPolicy, parameters -------------------------------------
+    def watch_status(self, callback: Callable[[Any], None]) -> Any:
+        """Call ``callback(EngineStatus)`` for every ``~/status`` message (the latched last one first)."""
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+        from flashrt_ros.msg import EngineStatus
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                             reliability=ReliabilityPolicy.RELIABLE)
+        return self.node.create_subscription(EngineStatus, f"{self.namespace}/status", callback, latched)
+
+    def status(self, timeout_s: float = 10.0) -> Any:
+        """The node's latest ``~/status`` (EngineStatus); ServiceCallError if none arrives in time."""
+        got: list[Any] = []
+        sub = self.watch_status(got.append)
+        try:
+            if not self._wait_until(lambda: bool(got), timeout_s):
+                raise ServiceCallError(f"no {self.namespace}/status message within {timeout_s:.1f} s "
+                                       "(is the node running, and on the same ROS_DOMAIN_ID?)", TIMEOUT_CODE)
+            return got[-1]
+        finally:
+            self.node.destroy_subscription(sub)
+
+    def run_policy(self, *, max_steps: int = 0, max_duration_s: float = 0.0, session: str = "",
+                   rollback_on_cancel: bool = False, feedback: Callable[[Any], None] | None = None,
+                   wait_s: float = 10.0, timeout_s: float = 1e6,
+                   feedback_grace_s: float = 5.0) -> RunPolicyOutcome:
+        """Run one RunPolicy goal to its result; on KeyboardInterrupt cancel it first (see _cancel).
+
+        ``feedback`` gets each step's feedback once (the node sends one per step; here they
+        arrive through our own subscription, so none is lost to the result arriving first).
+        """
+        if self._run_policy is None:
+            self._run_policy = (ActionClient(self.node, RunPolicy, f"{self.namespace}/run_policy"),
+                                self.node.create_subscription(
+                                    RunPolicy.Impl.FeedbackMessage,
+                                    f"{self.namespace}/run_policy/_action/feedback",
+                                    self._on_feedback, FEEDBACK_QOS))
+        action = self._run_policy[0]
+        goal = RunPolicy.Goal(max_steps=int(max_steps), max_duration_s=float(max_duration_s),
+                              session=session, rollback_on_cancel=bool(rollback_on_cancel))
+        if not self._wait_until(action.server_is_ready, wait_s):
+            raise ServiceCallError(
+                f"action {self.namespace}/run_policy not available after {wait_s:.1f} s "
+                "(is a policy node running, and on the same ROS_DOMAIN_ID?)", TIMEOUT_CODE)
+        seen: set[int] = set()
+
+        def on_feedback(fb: Any) -> None:
+            if int(fb.steps) not in seen:
+                seen.add(int(fb.steps))
+                if feedback is not None:
+                    feedback(fb)
+
+        goal_id = UUID(uuid=list(uuid.uuid4().bytes))
+        self._feedback_callbacks[bytes(goal_id.uuid)] = on_feedback
+        sent = action.send_goal_async(goal, goal_uuid=goal_id)
+        self._sent_goal_ids[id(sent)] = goal_id
+        handle, wrapped = self._goal_result("run_policy", sent, wait_s, timeout_s)
+        if wrapped is None:
+            return RunPolicyOutcome(result=None, accepted=False, status=0)
+        self._wait_until(lambda: len(seen) >= wrapped.result.steps, feedback_grace_s)
+        self.forget_feedback(handle)
+        return RunPolicyOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
+                                feedback_count=len(seen))
+
+    def get_parameters(self, names: list[str], timeout_s: float = 10.0) -> dict[str, Any]:
+        """``{name: Python value}`` of the node's parameters (ServiceCallError for an unknown one)."""
+        from rcl_interfaces.msg import ParameterType
+        from rcl_interfaces.srv import GetParameters
+        from rclpy.parameter import parameter_value_to_python
+        values: dict[str, Any] = {}
+        unknown: list[str] = []
+        for name in names:       # one name per request: rclpy answers an undeclared one with no value
+            answer = self._call_node_service(GetParameters, "get_parameters",
+                                             GetParameters.Request(names=[name]), timeout_s).values
+            if not answer or answer[0].type == ParameterType.PARAMETER_NOT_SET:
+                unknown.append(name)
+            else:
+                values[name] = parameter_value_to_python(answer[0])
+        if unknown:
+            raise ServiceCallError(f"{self.namespace} has no parameter {', '.join(unknown)} "
+                                   "(or it is unset)", 1, response=unknown)
+        return values
+
+    def set_parameter(self, name: str, value: Any, timeout_s: float = 10.0) -> None:
+        """Set one parameter; ServiceCallError with the node's reason if it refuses."""
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+        request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+        response = self._call_node_service(SetParameters, "set_parameters", request, timeout_s)
+        result = response.results[0]
+        if not result.successful:
+            raise ServiceCallError(f"set {name} refused: {result.reason}", 1, response)
+
+    def _call_node_service(self, srv_type: type, name: str, request: Any, timeout_s: float) -> Any:
+        """Call one of the node's own rcl_interfaces services (idempotent requests only).
+
+        A fresh client's first request can be answered before the server has matched the
+        client's response reader, and that answer is lost; so an unanswered request is sent
+        again after 2, 4, 8 ... s, within ``timeout_s``."""
+        client = self.node.create_client(srv_type, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
+        try:
+            if not client.wait_for_service(timeout_sec=timeout_s):
+                raise ServiceCallError(f"service {self.namespace}/{name} not available after "
+                                       f"{timeout_s:.1f} s (is the node running, and on the same "
+                                       "ROS_DOMAIN_ID?)", TIMEOUT_CODE)
+            deadline, window, response = time.monotonic() + timeout_s, 2.0, None
+            while response is None and (left := deadline - time.monotonic()) > 0:
+                future = client.call_async(request)
+                response = self._wait(future, min(window, left))
+                if response is None:
+                    client.remove_pending_request(future)
+                window *= 2
+            if response is None:
+                raise ServiceCallError(f"{self.namespace}/{name}: no response within {timeout_s:.1f} s", TIMEOUT_CODE)
+            return response
+        finally:
+            self.node.destroy_client(client)
+
     # --- plumbing -------------------------------------------------------
     def _wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Poll ``condition`` (spinning our node if we own its executor) until true or timeout."""
+        self._decide_executor()
         deadline = time.monotonic() + timeout_s
         while not condition() and time.monotonic() < deadline:
             if self._own_executor is not None:
@@ -340,6 +486,18 @@ class FlashRTClient:
                 time.sleep(0.01)
         return condition()
 
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Spin (if we own the executor) until ``condition()`` or the timeout; e.g. for watch_status."""
+        return self._wait_until(condition, timeout_s)
+
+    def _decide_executor(self) -> None:
+        """On the first wait: spin our node ourselves unless an executor already owns it."""
+        if not self._decided:
+            self._decided = True
+            if self.node.executor is None:
+                self._own_executor = SingleThreadedExecutor()
+                self._own_executor.add_node(self.node)
+
     def _wait(self, future: Future, timeout_s: float) -> Any:
         """Wait for a future whether or not another thread spins our node."""
         self._wait_any([future], timeout_s)
@@ -347,11 +505,7 @@ class FlashRTClient:
 
     def _wait_any(self, futures: list[Future], timeout_s: float) -> None:
         """Wait until one of ``futures`` is done or ``timeout_s`` passed (spinning our node if we own it)."""
-        if not self._decided:
-            self._decided = True
-            if self.node.executor is None:
-                self._own_executor = SingleThreadedExecutor()
-                self._own_executor.add_node(self.node)
+        self._decide_executor()
         deadline = time.monotonic() + timeout_s
         if self._own_executor is not None:
             # Short slices: a KeyboardInterrupt is raised between them, not after timeout_s.

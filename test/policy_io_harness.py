@@ -77,6 +77,7 @@ class Feeder:
         self.pub = node.create_publisher(msg_type, topic, qos or QoSProfile(depth=10))
         self._node, self._make, self.period_s = node, make, period_s
         self.count = 0
+        self.times: list[float] = []        # monotonic publish times (to tell late inputs apart)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -87,6 +88,7 @@ class Feeder:
                 self.pub.publish(self._make(self.count))
             except Exception:  # noqa: BLE001 - the node was torn down under a failed test
                 return
+            self.times.append(time.monotonic())
             self.count += 1
             self._stop.wait(self.period_s)
 

@@ -207,3 +207,153 @@ def test_inputs_that_do_not_serve_the_policy_fail_activation(ros, tmp_path):
     finally:
         node._release_engine()
         node.destroy_node()
+
+
+class _SlowEngine(_RecordingEngine):
+    """A policy whose every step takes ``step_s`` (longer than a control period)."""
+
+    def __init__(self, step_s: float) -> None:
+        super().__init__()
+        self.step_s = step_s
+
+    def step(self, observation):
+        import time
+        time.sleep(self.step_s)
+        return super().step(observation)
+
+
+class _LogRecordingNode:
+    """The peer node with its logger replaced by a recorder (to count log lines)."""
+
+    def __init__(self, node) -> None:
+        self._node = node
+        self.lines: list[tuple[str, str]] = []
+        record = lambda level: lambda msg, **_kw: self.lines.append((level, msg))  # noqa: E731
+        self._logger = SimpleNamespace(info=record("info"), warning=record("warning"),
+                                       error=record("error"))
+
+    def get_logger(self):
+        return self._logger
+
+    def __getattr__(self, name):
+        return getattr(self._node, name)
+
+
+def _camera_and_state_io(ros, prefix: str, engine, states: list, camera: str = "front", **io_fields):
+    from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
+    from flashrt_ros.ros.policy_io import PolicyIO
+    io = RobotIOConfig(input_state_topic=f"/{prefix}/state", input_image_topics=(f"/{prefix}/{camera}",),
+                       output_topic=f"/{prefix}/action", **io_fields)
+    node = _LogRecordingNode(ros.peer)
+    holder: dict = {}
+    policy_io = PolicyIO(node, engine, SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+                                                       qos_deadline_factor=0.0), io,
+                         MutuallyExclusiveCallbackGroup(),
+                         on_inputs_change=lambda: states.append((holder["io"].inputs_state,
+                                                                 holder["io"].inputs_detail)))
+    holder["io"] = policy_io
+    return policy_io, node
+
+
+def _rgb_frame(i, encoding="rgb8"):
+    return Image(height=8, width=8, encoding=encoding, step=24, data=bytes(8 * 8 * 3))
+
+
+def test_a_step_longer_than_a_period_never_makes_fresh_inputs_stale(ros):
+    # Inputs are published every 50 ms and may be 0.3 s old; each step takes 0.6 s. Were receipt
+    # queued behind the step (one callback group), every tick after a step would see inputs
+    # >= 0.6 s old and report them stale, the first slow step after start included. A stale
+    # report is only allowed where the publishers themselves were late by more than 0.3 s
+    # (a loaded test machine can stall their threads).
+    engine = _SlowEngine(step_s=0.6)
+    states: list = []
+    policy_io, _node = _camera_and_state_io(ros, "slow", engine, states, max_observation_age_s=0.3)
+    camera = Feeder(ros.peer, "/slow/front", _rgb_frame, qos_profile_sensor_data, period_s=0.05,
+                    msg_type=Image)
+    state = Feeder(ros.peer, "/slow/state", lambda i: Float32MultiArray(data=[1.0, 2.0]), period_s=0.05)
+    try:
+        wait_until(lambda: len(engine.seen) >= 5, timeout=60, what="five slow steps")
+    finally:
+        camera.stop()
+        state.stop()
+        policy_io.destroy()
+    fresh_at = next(i for i, (s, _d) in enumerate(states) if s == "fresh")
+    stale_reports = sum(s == "stale" for s, _d in states[fresh_at:])
+    late = sum(b - a > 0.3 for feeder in (camera, state) for a, b in zip(feeder.times, feeder.times[1:]))
+    assert len(engine.seen) >= 5 and stale_reports <= late, (late, states)
+
+
+def test_receipt_time_comes_from_the_middleware_when_it_has_one():
+    import time
+
+    from flashrt_ros.ros.policy_io import receipt_time
+    before = time.monotonic()
+    received_ns = time.time_ns() - 500_000_000                     # arrived 0.5 s ago
+    assert receipt_time({"received_timestamp": received_ns}) == pytest.approx(before - 0.5, abs=0.05)
+    assert receipt_time({"received_timestamp": 0}) >= before          # no stamp: now
+    assert receipt_time(None) >= before
+    assert receipt_time({"received_timestamp": received_ns - 3_600 * 10**9}) >= before   # clock step
+
+
+def test_unsupported_encoding_is_refused_once_counted_and_reported(ros):
+    engine = _RecordingEngine()
+    states: list = []
+    policy_io, node = _camera_and_state_io(ros, "bayer", engine, states)
+    camera = Feeder(ros.peer, "/bayer/front", lambda i: _rgb_frame(i, "bayer_rggb8"),
+                    qos_profile_sensor_data, msg_type=Image)
+    state = Feeder(ros.peer, "/bayer/state", lambda i: Float32MultiArray(data=[1.0, 2.0]))
+    try:
+        wait_until(lambda: policy_io.rejected_messages >= 20, what="20 refused frames")
+        status = policy_io.status()
+    finally:
+        camera.stop()
+        state.stop()
+        policy_io.destroy()
+    assert not engine.seen                                             # never stepped on it
+    assert status["inputs_state"] == "error" and "'bayer_rggb8' is not supported" in status["inputs_detail"]
+    assert status["rejected_messages"] >= 20
+    errors = [msg for level, msg in node.lines if level == "error"]
+    refusals = [m for m in errors if "/bayer/front refused" in m]
+    assert len(refusals) == 1, errors                                 # logged once, not per frame
+    assert len(errors) <= 2, errors                                   # + the one state change
+
+
+@pytest.mark.parametrize("fields, parameter", [
+    (dict(input_state_topic="", input_joint_state_topic="/v/joints", input_joint_names=("a", "b", "c")),
+     "input_joint_names"),
+    (dict(input_image_features=("observation.images.top",)), "input_image_features"),
+    (dict(input_image_topics=()), "input_image_topics"),
+])
+def test_inputs_that_cannot_serve_the_policy_are_refused_naming_the_parameter(ros, fields, parameter):
+    from flashrt_ros.ros.policy_io import PolicyIO
+    from flashrt_ros.runtime.errors import InvalidArgument
+    base = dict(input_state_topic="/v/state", input_image_topics=("/v/front",), output_topic="/v/action")
+    base.update(fields)
+    with pytest.raises(InvalidArgument, match=parameter):
+        PolicyIO(ros.peer, _RecordingEngine(), SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+                                                               qos_deadline_factor=0.0),
+                 RobotIOConfig(**base), None)
+
+
+def test_compressed_camera_topic_feeds_the_feature_of_its_base_name(ros):
+    import io as iolib
+
+    from PIL import Image as PILImage
+    from sensor_msgs.msg import CompressedImage
+    engine = _RecordingEngine()
+    policy_io, _node = _camera_and_state_io(ros, "jpeg", engine, [], camera="front/compressed")
+    buf = iolib.BytesIO()
+    PILImage.new("RGB", (16, 12), (0, 0, 255)).save(buf, format="PNG")
+    frame = lambda i: CompressedImage(format="bgr8; png compressed bgr8", data=buf.getvalue())  # noqa: E731
+    camera = Feeder(ros.peer, "/jpeg/front/compressed", frame, qos_profile_sensor_data,
+                    msg_type=CompressedImage)
+    state = Feeder(ros.peer, "/jpeg/state", lambda i: Float32MultiArray(data=[1.0, 2.0]))
+    try:
+        wait_until(lambda: engine.seen, what="a step on a compressed frame")
+    finally:
+        camera.stop()
+        state.stop()
+        policy_io.destroy()
+    image = engine.seen[-1]["observation.images.front"]
+    assert torch.allclose(image[2], torch.ones(8, 8)) and torch.allclose(image[:2], torch.zeros(2, 8, 8))

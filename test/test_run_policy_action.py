@@ -82,6 +82,29 @@ def test_cancel_stops_at_a_boundary_and_rolls_back_when_asked(ros, goal_node, ro
     assert not [c for c in engine.capsules.list() if c.name.startswith("goal-")]   # no capsule left behind
 
 
+def test_a_cancelled_goal_sent_one_feedback_per_reported_step(ros, goal_node):
+    from unique_identifier_msgs.msg import UUID
+
+    from flashrt_ros.ros.service_qos import FEEDBACK_QOS
+    goal_node.set_parameters([Parameter("rollback_on_cancel", value=False)])
+    received: list = []
+    ros.peer.create_subscription(RunPolicy.Impl.FeedbackMessage, "/runp/flashrt/run_policy/_action/feedback",
+                                 received.append, FEEDBACK_QOS)
+    client = ActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
+    assert client.wait_for_server(timeout_sec=30)
+    goal_id = UUID(uuid=list(range(16)))
+    future = client.send_goal_async(RunPolicy.Goal(max_duration_s=60.0), goal_uuid=goal_id)
+    handle = wait_until(lambda: future.done() and future.result(), what="goal response")
+    mine = lambda: [m.feedback.steps for m in list(received) if list(m.goal_id.uuid) == list(range(16))]  # noqa: E731
+    wait_until(lambda: len(mine()) >= 4, what="four feedback messages")
+    handle.cancel_goal_async()
+    result = _result(handle)
+    assert result.stop_reason == "cancelled" and result.steps >= 4
+    # feedback and result travel on different topics: wait for the feedback to catch up
+    wait_until(lambda: len(mine()) >= result.steps, what=f"{result.steps} feedback messages")
+    assert mine() == list(range(1, result.steps + 1))           # one per step, in order, none extra
+
+
 def test_a_goal_runs_in_its_session(ros, goal_node):
     engine = goal_node._engine
     home, start = engine.capsules.sessions.current, engine.position

@@ -49,8 +49,13 @@ from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 PERIOD_MS = 20.0          # a 50 Hz controller's step period
 
 
-def make_checkpoint(kind: str, directory: Path, size: str):
-    """A LeRobot policy at a realistic size (ALOHA ACT, PushT Diffusion), saved as a checkpoint."""
+def make_checkpoint(kind: str, directory: Path, size: str, cameras: tuple[str, ...] = (),
+                    hw: tuple[int, int] | None = None, joints: int | None = None, **overrides):
+    """A LeRobot policy at a realistic size (ALOHA ACT, PushT Diffusion), saved as a checkpoint.
+
+    ``size``: "smoke" (tiny), "cpu" (a CPU-sized camera / UNet) or "full".
+    ``cameras``, ``hw``, ``joints`` (state and action size) and ``overrides`` (config fields)
+    change the default shape, e.g. the two-camera ACT of ``robot_rate``."""
     from lerobot_reference import lerobot, randomize_, save_checkpoint, image_stats, vector_stats
     lerobot()
     from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
@@ -60,7 +65,7 @@ def make_checkpoint(kind: str, directory: Path, size: str):
         from lerobot.policies.act.configuration_act import ACTConfig as Config
         from lerobot.policies.act.modeling_act import ACTPolicy as Policy
         from lerobot.policies.act.processor_act import make_act_pre_post_processors as processors
-        hw, state, action = {"smoke": (48, 64), "cpu": (240, 320)}.get(size, (480, 640)), 14, 14
+        default_hw, state, action = {"smoke": (48, 64), "cpu": (240, 320)}.get(size, (480, 640)), 14, 14
         extra = dict(chunk_size=100, n_action_steps=100, pretrained_backbone_weights=None)
         if size == "smoke":
             extra.update(dim_model=32, n_heads=4, dim_feedforward=64, chunk_size=10, n_action_steps=10)
@@ -69,7 +74,7 @@ def make_checkpoint(kind: str, directory: Path, size: str):
         from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig as Config
         from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy as Policy
         from lerobot.policies.diffusion.processor_diffusion import make_diffusion_pre_post_processors as processors
-        hw, state, action = (96, 96), 2, 2
+        default_hw, state, action = (96, 96), 2, 2
         extra = dict(n_obs_steps=2, horizon=16, n_action_steps=8, crop_shape=(84, 84), noise_scheduler_type="DDIM",
                      num_train_timesteps=100, num_inference_steps=10, pretrained_backbone_weights=None)
         if size == "smoke":
@@ -77,8 +82,12 @@ def make_checkpoint(kind: str, directory: Path, size: str):
         elif size == "cpu":
             extra.update(down_dims=(128, 256, 512))
         camera = "observation.image"
+    hw = hw or default_hw
+    state, action = (joints, joints) if joints else (state, action)
+    extra.update(overrides)
+    cameras = cameras or (camera,)
     inputs = {"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(state,)),
-              camera: PolicyFeature(type=FeatureType.VISUAL, shape=(3, *hw))}
+              **{c: PolicyFeature(type=FeatureType.VISUAL, shape=(3, *hw)) for c in cameras}}
     config = Config(input_features=inputs, device="cpu",
                     output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(action,))},
                     normalization_mapping={"VISUAL": NormalizationMode.MEAN_STD, "STATE": NormalizationMode.MIN_MAX,
@@ -86,10 +95,11 @@ def make_checkpoint(kind: str, directory: Path, size: str):
     torch.manual_seed(0)
     policy = Policy(config)
     randomize_(policy, 0)
-    stats = {"observation.state": vector_stats("MIN_MAX", state, gen), camera: image_stats("MEAN_STD", gen),
-             "action": vector_stats("MIN_MAX", action, gen)}
+    stats = {"observation.state": vector_stats("MIN_MAX", state, gen),
+             **{c: image_stats("MEAN_STD", gen) for c in cameras}, "action": vector_stats("MIN_MAX", action, gen)}
     save_checkpoint(policy, config, stats, directory, processors)
-    obs = {"observation.state": torch.randn(state, generator=gen), camera: torch.rand(3, *hw, generator=gen)}
+    obs = {"observation.state": torch.randn(state, generator=gen),
+           **{c: torch.rand(3, *hw, generator=gen) for c in cameras}}
     return policy.eval(), obs
 
 

@@ -14,7 +14,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 KEYS = ("engine_kind", "model", "device", "session", "busy", "position", "boundary_id",
         "capsule_count", "arena_bytes", "live_bytes", "device_bytes", "host_bytes", "disk_bytes",
         "step_p50_ms", "step_p99_ms", "inputs_state", "inputs_detail", "policy_steps",
-        "deadline_misses")
+        "deadline_misses", "rejected_messages")
 
 
 def status_summary(kind: str, model: str, raw: Mapping[str, Any], busy: bool) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def diagnostics_message(node_name: str, status: Mapping[str, Any], lifecycle_sta
     summary = f"{lifecycle_state}"
     if status.get("error"):
         level, summary = DiagnosticStatus.ERROR, f"{lifecycle_state}: {status['error']}"
-    elif lifecycle_state == "active" and status.get("inputs_state") == "stale":
+    elif lifecycle_state == "active" and status.get("inputs_state") in ("stale", "error"):
         level = DiagnosticStatus.WARN
         summary = f"active, policy stopped: inputs {status.get('inputs_detail', 'stale')}"
     elif lifecycle_state == "active":

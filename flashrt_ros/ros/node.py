@@ -25,8 +25,9 @@ response is proven serializable before it is returned, and the executor loop
 
 Executors and threads: a MultiThreadedExecutor with separate callback groups
 for the state services (reentrant: several clients at once), the generate
-action and the control/status timers. The engine's BoundaryGate serialises
-everything that touches state.
+action, the control/status timers and (policy_io.py) the policy's input
+subscriptions, so a long step never delays their receipt. The engine's
+BoundaryGate serialises everything that touches state.
 
 Sessions: a Generate goal naming a ``session`` other than the current one
 parks the current state as a hidden capsule and restores that session's (a
@@ -97,7 +98,7 @@ class FlashRTNode(LifecycleNode):
         self._status_timer = self.create_timer(self._config.status_period_s, self._publish_status,
                                                callback_group=self._timer_group)
         self.get_logger().info(f"flashrt node created (engine_kind={self._config.engine_kind}, "
-                               f"model={self._config.model}); waiting for configure")
+                               f"{self._hosted()}); waiting for configure")
 
     # --- parameters -----------------------------------------------------
     def _read_config(self) -> NodeConfig:
@@ -180,6 +181,11 @@ class FlashRTNode(LifecycleNode):
         self.get_logger().error("lifecycle error: releasing the engine")
         self._release_engine()
         return TransitionCallbackReturn.SUCCESS
+
+    def _hosted(self) -> str:
+        """What the node hosts, by the parameter that names it (model for llm, policy for policy)."""
+        c = self._config
+        return f"model={c.model}" if c.engine_kind == "llm" else f"policy={c.policy}"
 
     def _describe(self) -> str:
         c, e = self._config, self._engine
@@ -487,8 +493,13 @@ def main(argv: list[str] | None = None) -> int:
     node = FlashRTNode()
     executor = MultiThreadedExecutor(num_threads=6)
     executor.add_node(node)
+    autostart_failed = threading.Event()
     if node.get_parameter("autostart").value:
-        threading.Thread(target=_autostart, args=(node,), daemon=True).start()
+        def autostart() -> None:
+            if not _autostart(node):
+                autostart_failed.set()
+                rclpy.try_shutdown()          # ends spinning: a node that cannot start is no service
+        threading.Thread(target=autostart, daemon=True).start()
     try:
         spin_until_shutdown(executor, node.get_logger())
     except (KeyboardInterrupt, ExternalShutdownException):
@@ -499,6 +510,10 @@ def main(argv: list[str] | None = None) -> int:
         node.destroy_node()
         if rclpy.ok():
             rclpy.try_shutdown()
+    if autostart_failed.is_set():
+        print("flashrt: the node could not be configured and activated (the reason is logged "
+              "above); exiting with status 1", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -526,12 +541,16 @@ def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any) -> None:
             logger.error(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}; the node keeps serving")
 
 
-def _autostart(node: FlashRTNode) -> None:
-    """configure + activate, as a launch file's lifecycle events would."""
+def _autostart(node: FlashRTNode) -> bool:
+    """configure + activate, as a launch file's lifecycle events would; True when active."""
     if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-        node.get_logger().error("autostart: configure failed; staying unconfigured")
-        return
+        node.get_logger().error("autostart: configure failed")
+        return False
     node.trigger_activate()
+    if not node._active:
+        node.get_logger().error("autostart: activate failed")
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ PARAMS: tuple[ParamDef, ...] = (
              float_range=(0.0, 100.0)),
     ParamDef("status_period_s", 1.0, "Period of ~/status and /diagnostics.", True,
              float_range=(0.05, 3600.0)),
-    ParamDef("autostart", False, "Configure and activate on start-up (flashrt serve sets it).", True),
+    ParamDef("autostart", False, "Configure and activate on start-up (flashrt serve sets it); the process exits "
+             "with status 1 if either fails.", True),
 )
 
 

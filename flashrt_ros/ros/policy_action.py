@@ -6,8 +6,10 @@ stop when I halt you" as one node. The goal runs on the control loop of
 continuous mode); with ``run_mode=goal`` the loop steps *only* while a goal
 runs. Ending a goal takes ``PolicyIO``'s tick lock, so a goal stops between two
 committed policy steps, never inside one, and ``max_steps`` is exact.
-Feedback follows the steps (coalesced if the action server lags behind).
-One goal at a time; a second is rejected.
+Feedback: exactly one message per step, in order (``steps`` counts 1, 2, ...),
+the last one published before the result, so a goal that reports
+``steps = N`` sent N feedback messages (a step in flight when a cancel arrives
+is finished and reported too). One goal at a time; a second is rejected.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from flashrt_ros.action import RunPolicy
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.goal_capsule import GoalCapsule
+from flashrt_ros.ros.service_qos import FEEDBACK_QOS
 from flashrt_ros.runtime.errors import InvalidArgument, NotActive
 
 
@@ -31,6 +34,7 @@ class GoalRun:
         self.deadline = time.monotonic() + max_duration_s if max_duration_s > 0 else None
         self.steps = 0
         self.last_action: list[float] = []
+        self.unreported: list[tuple[int, list[float]]] = []    # (steps, action) not yet sent as feedback
         self.stop_reason = ""
         self.changed = threading.Condition()
 
@@ -47,9 +51,16 @@ class GoalRun:
         with self.changed:
             self.steps += 1
             self.last_action = [float(a) for a in action.reshape(-1).tolist()]
+            self.unreported.append((self.steps, self.last_action))
             if self.max_steps and self.steps >= self.max_steps:
                 self.stop_reason = "max_steps"
             self.changed.notify_all()
+
+    def take_unreported(self) -> list[tuple[int, list[float]]]:
+        """The steps taken since the last call, for feedback (one entry per step)."""
+        with self.changed:
+            taken, self.unreported = self.unreported, []
+            return taken
 
     def finish(self, reason: str) -> None:
         with self.changed:
@@ -67,7 +78,7 @@ class PolicyActionServer:
         self._server = ActionServer(node, RunPolicy, "~/run_policy", execute_callback=self._execute,
                                     goal_callback=self._on_goal,
                                     cancel_callback=lambda _g: CancelResponse.ACCEPT,
-                                    callback_group=group)
+                                    feedback_pub_qos_profile=FEEDBACK_QOS, callback_group=group)
 
     def _on_goal(self, goal: Any) -> GoalResponse:
         if self._policy_io() is None:
@@ -96,7 +107,7 @@ class PolicyActionServer:
             if goal.max_steps == 0 and goal.max_duration_s <= 0:
                 raise InvalidArgument("set max_steps or max_duration_s (a goal must end by itself)")
             tier = self._node.get_parameter("default_tier").value
-            take_capsule = bool(self._node.get_parameter("rollback_on_cancel").value)
+            take_capsule = bool(goal.rollback_on_cancel or self._node.get_parameter("rollback_on_cancel").value)
             # goal.session made live and the start capsule taken at one boundary: if the capsule
             # is refused (no room), the switch is undone and nothing changed
             capsule = engine.capsules.enter_session(
@@ -106,15 +117,16 @@ class PolicyActionServer:
             return self._fail(goal_handle, result, exc)
         run = GoalRun(int(goal.max_steps), float(goal.max_duration_s))
         io.start_goal(run)
-        reported = 0
+
+        def report() -> None:
+            for steps, action in run.take_unreported():
+                goal_handle.publish_feedback(RunPolicy.Feedback(steps=steps, last_action=action))
+
         while True:
             with run.changed:
-                if not run.stop_reason and run.steps == reported:
+                if not run.stop_reason and not run.unreported:
                     run.changed.wait(timeout=0.05)
-            if run.steps != reported:
-                reported = run.steps
-                goal_handle.publish_feedback(RunPolicy.Feedback(steps=reported,
-                                                                last_action=run.last_action))
+            report()
             if goal_handle.is_cancel_requested:
                 run.finish("cancelled")
             elif self._policy_io() is not io:
@@ -124,6 +136,7 @@ class PolicyActionServer:
             if run.stop_reason:
                 break
         io.end_goal(run)                         # waits for an in-flight step: a committed boundary
+        report()                                 # that step too: feedback count == result.steps
         result.steps, result.stop_reason = run.steps, run.stop_reason
         if capsule is not None:
             try:

@@ -1,11 +1,21 @@
 """The policy on the robot's topics: sensor inputs, one engine step per tick, commands out.
 
-Inputs (parameters, see ``robot_io_params``): any number of ``sensor_msgs/Image``
-topics, one ``sensor_msgs/JointState`` or a ``std_msgs/Float32MultiArray``
-(both feed ``observation.state``). Subscriptions default to the sensor-data
-profile (best effort, keep last): they match best-effort cameras and
-default-QoS (reliable) publishers alike. A deadline is requested only when
-``qos_deadline_factor > 0``; missed deadlines are counted and logged.
+Inputs (parameters, see ``robot_io_params``): any number of camera topics
+(``sensor_msgs/Image``, or ``sensor_msgs/CompressedImage`` for a topic whose
+name ends in ``/compressed``, as image_transport names them), one
+``sensor_msgs/JointState`` or a ``std_msgs/Float32MultiArray`` (both feed
+``observation.state``). Subscriptions default to the sensor-data profile (best
+effort, keep last): they match best-effort cameras and default-QoS (reliable)
+publishers alike. A deadline is requested only when ``qos_deadline_factor > 0``;
+missed deadlines are counted and logged. Activation refuses inputs that cannot
+serve the policy's declared features, naming the parameter to change.
+
+Freshness is measured at receipt, never delayed by a step: the subscriptions
+live in their own callback group (a step runs in the control group), and the
+receipt time is the middleware's receive timestamp from the message info where
+rclpy offers it. A message whose encoding cannot be converted is refused at
+receipt: counted (``rejected_messages`` on ``~/status``), logged once per topic
+and reason, and reported as ``inputs_state: error``.
 
 One tick takes the latest sample of every input together
 (``robot_io.freshness``). Stale-data stop: if any input is missing or older than
@@ -28,17 +38,20 @@ import time
 from typing import Any, Callable
 
 from builtin_interfaces.msg import Duration as DurationMsg
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image, JointState
+from rclpy.subscription import Subscription
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
-from flashrt_ros.robot_io.images import image_feature
+from flashrt_ros.robot_io.images import (compressed_format_problem, compressed_image_feature,
+                                         encoding_problem, image_feature)
 from flashrt_ros.robot_io.joints import JointSelector, state_from_array
 from flashrt_ros.robot_io.policy_adapter import PolicyStepper
 from flashrt_ros.ros.robot_io_params import RobotIOConfig
@@ -47,6 +60,35 @@ from flashrt_ros.runtime.errors import InvalidArgument
 _RELIABILITY = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
 _HISTORY = {"keep_last": HistoryPolicy.KEEP_LAST, "keep_all": HistoryPolicy.KEEP_ALL}
 _DURABILITY = {"volatile": DurabilityPolicy.VOLATILE, "transient_local": DurabilityPolicy.TRANSIENT_LOCAL}
+#: rclpy passes the message info (with the middleware's receive time) to two-argument callbacks
+#: since Iron; on Humble a callback gets the message only.
+_MESSAGE_INFO = hasattr(Subscription, "CallbackType")
+COMPRESSED_SUFFIX = "/compressed"
+
+
+def receipt_time(info: Any) -> float:
+    """When a message arrived, on this process's monotonic clock.
+
+    The middleware's ``received_timestamp`` (system clock, ns) is moved onto the
+    monotonic clock by its age now; without one (or with a clock step of a
+    minute) the time of the call stands in.
+    """
+    now = time.monotonic()
+    received_ns = int(info.get("received_timestamp") or 0) if info else 0
+    if received_ns > 0:
+        age = time.time() - received_ns * 1e-9
+        if -0.05 < age < 60.0:
+            return now - max(age, 0.0)
+    return now
+
+
+def image_feature_name(topic: str) -> str:
+    """The default feature of a camera topic: ``observation.images.<last segment>``
+    (``/cam/front/compressed`` -> ``front``)."""
+    base = topic.rstrip("/")
+    if base.endswith(COMPRESSED_SUFFIX):
+        base = base[: -len(COMPRESSED_SUFFIX)]
+    return "observation.images." + base.rsplit("/", 1)[-1]
 
 
 def input_qos(io: RobotIOConfig, depth: int, deadline_s: float) -> QoSProfile:
@@ -73,59 +115,119 @@ class PolicyIO:
         self.inputs_state, self.inputs_detail = "stale", "no message yet"
         self.goal: Any = None                   # a RunPolicy goal run (policy_action.GoalRun)
         self._lock = threading.Lock()           # goal admission vs. goal end
-        self._convert: dict[str, Callable[[Any], Any]] = {}
+        self.rejected_messages = 0
+        self._rejections: dict[str, str] = {}      # topic -> why its latest message was refused
+        self._convert: dict[str, tuple[str, Callable[[Any], Any]]] = {}   # topic -> (feature, convert)
         self._subs: list[Any] = []
+        plan = self._input_plan()                  # refuses inputs that cannot serve the policy
+        self._publish = self._make_publisher()     # ... and outputs that cannot take its action
+        self.inputs = LatestInputs(list(plan), max_age, io.sync_tolerance_s)   # keyed by topic
 
+        # Receipt is never queued behind a step: the inputs have a group of their own.
+        self._input_group = MutuallyExclusiveCallbackGroup()
         qos = input_qos(io, config.qos_depth, config.qos_deadline_factor * self.period_s)
         events = SubscriptionEventCallbacks(deadline=self._on_deadline_missed)
-        for topic, (msg_type, feature, convert) in self._input_plan().items():
-            self._convert[feature] = convert
+        for topic, (msg_type, feature, convert, problem) in plan.items():
+            self._convert[topic] = (feature, convert)
             self._subs.append(node.create_subscription(
-                msg_type, topic, self._receiver(feature), qos, callback_group=group,
+                msg_type, topic, self._receiver(topic, problem), qos,
+                callback_group=self._input_group,
                 event_callbacks=events if qos.deadline.nanoseconds > 0 else None))
-        self.inputs = LatestInputs(list(self._convert), max_age, io.sync_tolerance_s)
-        self._publish = self._make_publisher()
         self._timer = node.create_timer(self.period_s, self._on_timer, callback_group=group)
 
     # --- inputs -----------------------------------------------------------------
-    def _input_plan(self) -> dict[str, tuple[type, str, Callable[[Any], Any]]]:
-        """topic -> (message type, feature, message -> tensor); every policy feature served once."""
+    def _input_plan(self) -> dict[str, tuple[type, str, Callable[[Any], Any], Callable[[Any], str | None]]]:
+        """topic -> (message type, feature, message -> tensor, message -> why it is refused).
+
+        Every policy feature is served exactly once, with the declared size where the
+        parameters fix it; otherwise one InvalidArgument naming the parameter to change.
+        """
         io, features = self._io, self.stepper.features
-        plan: dict[str, tuple[type, str, Callable[[Any], Any]]] = {}
+        plan: dict[str, tuple[type, str, Callable[[Any], Any], Callable[[Any], str | None]]] = {}
+        accept = lambda _m: None  # noqa: E731
+        state = features.get(STATE)
         if io.input_joint_state_topic:
-            selector = JointSelector(io.input_joint_names, io.input_joint_fields)
+            try:
+                selector = JointSelector(io.input_joint_names, io.input_joint_fields)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"input_joint_names / input_joint_fields: {exc}") from None
+            if state is not None and tuple(state.shape) != (selector.size,):
+                raise InvalidArgument(
+                    f"the policy's {STATE} has shape {tuple(state.shape)} but input_joint_names x "
+                    f"input_joint_fields give {len(selector.joint_names)} x {len(selector.fields)} = "
+                    f"{selector.size} values: set input_joint_names (and input_joint_fields) so "
+                    f"that they give {state.shape[0] if state.shape else 0}")
             plan[io.input_joint_state_topic] = (JointState, STATE, lambda m: selector.select(
-                m.name, {"position": m.position, "velocity": m.velocity, "effort": m.effort}))
+                m.name, {"position": m.position, "velocity": m.velocity, "effort": m.effort}), accept)
         elif io.input_state_topic:
-            plan[io.input_state_topic] = (Float32MultiArray, STATE, lambda m: state_from_array(m.data))
-        names = list(io.input_image_features) or [
-            "observation.images." + t.rstrip("/").rsplit("/", 1)[-1] for t in io.input_image_topics]
+            plan[io.input_state_topic] = (Float32MultiArray, STATE, lambda m: state_from_array(m.data),
+                                          accept)
+        names = list(io.input_image_features) or [image_feature_name(t) for t in io.input_image_topics]
         if len(names) != len(io.input_image_topics):
             raise InvalidArgument(f"input_image_features names {len(names)} features for "
-                                  f"{len(io.input_image_topics)} input_image_topics")
+                                  f"{len(io.input_image_topics)} input_image_topics: give one per topic")
+        images = sorted(n for n, spec in features.items() if spec.kind == "image")
         for topic, name in zip(io.input_image_topics, names):
             spec = features.get(name)
             if spec is None or spec.kind != "image":
                 raise InvalidArgument(f"image topic {topic} feeds {name!r}, which is not an image "
-                                      f"feature of the policy (it has {sorted(features)})")
-            plan[topic] = (Image, name, lambda m, shape=spec.shape: image_feature(
-                m.data, m.height, m.width, m.step, m.encoding, shape))
-        served = {feature for _t, feature, _c in plan.values()}
-        if served != set(features):
-            raise InvalidArgument(f"policy features {sorted(features)} but inputs serve "
-                                  f"{sorted(served)}: set input_* parameters for "
-                                  f"{sorted(set(features) - served)}")
+                                      f"feature of the policy (its image features: {images}): set "
+                                      f"input_image_features to one name per input_image_topics entry")
+            if topic.rstrip("/").endswith(COMPRESSED_SUFFIX):
+                plan[topic] = (CompressedImage, name, lambda m, shape=spec.shape: compressed_image_feature(
+                    m.data, m.format, shape), lambda m: compressed_format_problem(m.format))
+            else:
+                plan[topic] = (Image, name, lambda m, shape=spec.shape: image_feature(
+                    m.data, m.height, m.width, m.step, m.encoding, shape, bool(m.is_bigendian)),
+                    lambda m: encoding_problem(m.encoding))
+        served = [feature for _t, feature, _c, _p in plan.values()]
+        twice = sorted({f for f in served if served.count(f) > 1})
+        if twice:
+            raise InvalidArgument(f"{twice} fed by more than one topic: give each entry of "
+                                  "input_image_topics its own input_image_features name")
+        missing = sorted(set(features) - set(served))
+        if missing:
+            hints = []
+            if STATE in missing:
+                hints.append(f"{STATE}: set input_joint_state_topic and input_joint_names (or "
+                             "input_state_topic)")
+            if any(m != STATE for m in missing):
+                hints.append("cameras: add their topics to input_image_topics and name the features "
+                             "in input_image_features")
+            raise InvalidArgument(f"the policy observes {sorted(features)} but the inputs serve "
+                                  f"{sorted(served)}; missing {missing}: " + "; ".join(hints))
+        extra = sorted(set(served) - set(features))
+        if extra:
+            raise InvalidArgument(f"inputs serve {extra}, which the policy does not observe "
+                                  f"(it observes {sorted(features)}): clear input_state_topic "
+                                  "(set it to '') or remove the topic from input_image_topics")
         return plan
 
-    def _receiver(self, feature: str) -> Callable[[Any], None]:
-        def receive(msg: Any) -> None:
+    def _receiver(self, topic: str, problem: Callable[[Any], str | None]) -> Callable[..., None]:
+        def receive(msg: Any, info: Any = None) -> None:
+            received = receipt_time(info)
+            reason = problem(msg)
+            if reason:
+                self._reject(topic, reason)
+                return
+            self._rejections.pop(topic, None)
             header = getattr(msg, "header", None)
             stamp = (header.stamp.sec + header.stamp.nanosec * 1e-9
                      if header is not None and (header.stamp.sec or header.stamp.nanosec) else None)
-            self.inputs.put(feature, msg, time.monotonic(), stamp)
+            self.inputs.put(topic, msg, received, stamp)
             if self._io.control_trigger == "inputs" and self.inputs.has_new():
                 self._tick()
-        return receive
+        if _MESSAGE_INFO:
+            return lambda msg, info: receive(msg, info)
+        return lambda msg: receive(msg)
+
+    def _reject(self, topic: str, reason: str) -> None:
+        """A message that cannot be converted: counted, logged once per topic and reason."""
+        self.rejected_messages += 1
+        if self._rejections.get(topic) != reason:
+            self._rejections[topic] = reason
+            self._node.get_logger().error(f"input {topic} refused: {reason} (counted in "
+                                          "rejected_messages on ~/status; logged once)")
 
     def _on_deadline_missed(self, event: Any) -> None:
         self.deadline_misses += 1
@@ -160,12 +262,12 @@ class PolicyIO:
             if not may_step:
                 return
             try:
-                observation = {name: self._convert[name](msg) for name, msg in take.values.items()}
+                observation = {feature: convert(take.values[topic])
+                               for topic, (feature, convert) in self._convert.items()}
                 action = self.stepper.step(observation)
                 self._publish(action)
             except Exception as exc:  # noqa: BLE001 - bad input must not stop the loop
-                self._set_inputs("error", str(exc))
-                self._node.get_logger().error(f"policy step failed: {exc}", throttle_duration_sec=1.0)
+                self._set_inputs("error", f"policy step failed: {exc}")   # logged once per reason
                 return
             self.steps += 1
             self._set_inputs("fresh", "")
@@ -176,17 +278,25 @@ class PolicyIO:
         """A tick that may not step: report stale inputs and, if asked, publish the hold command."""
         if not take.stale:             # waiting for new samples / out of sync: not a fault
             return
-        self._set_inputs("stale", take.reason)
+        refused = [f"{name}: {self._rejections[name]}" for name in take.stale if name in self._rejections]
+        if refused:
+            self._set_inputs("error", "messages refused: " + "; ".join(refused))
+        else:
+            self._set_inputs("stale", take.reason)
         if hold and self._io.hold_command:
             self._publish_hold()
 
     def _set_inputs(self, state: str, detail: str) -> None:
-        changed = state != self.inputs_state
+        """Record the inputs' state; log and publish ~/status only when it changes (an error
+        also when its reason changes), never once per tick."""
+        changed = state != self.inputs_state or (state == "error" and detail != self.inputs_detail)
         self.inputs_state, self.inputs_detail = state, detail
         if changed:
             log = self._node.get_logger()
             if state == "fresh":
                 log.info("policy inputs fresh: stepping")
+            elif state == "error":
+                log.error(f"policy inputs error: {detail}")
             else:
                 log.warning(f"policy inputs {state}: {detail}")
             self._on_change()
@@ -249,7 +359,8 @@ class PolicyIO:
     # --- status ----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         return {"inputs_state": self.inputs_state, "inputs_detail": self.inputs_detail,
-                "policy_steps": self.steps, "deadline_misses": self.deadline_misses}
+                "policy_steps": self.steps, "deadline_misses": self.deadline_misses,
+                "rejected_messages": self.rejected_messages}
 
     def destroy(self) -> None:
         with self._lock:

@@ -28,10 +28,12 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              "listed joint missing from a message is an error.", True),
     ParamDef("input_joint_fields", ["position"], "JointState fields concatenated into "
              "observation.state, field-major (position, velocity, effort).", True),
-    ParamDef("input_image_topics", [""], "sensor_msgs/Image topics (rgb8, bgr8, mono8), resized "
-             "(aspect kept) and centre-cropped to the policy's image feature.", True),
+    ParamDef("input_image_topics", [""], "Camera topics: sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, "
+             "mono8, mono16, yuv422_yuy2/yuyv, uyvy/yuv422), or sensor_msgs/CompressedImage (JPEG/PNG) "
+             "for a topic ending in /compressed; resized (aspect kept) and centre-cropped to the "
+             "policy's image feature.", True),
     ParamDef("input_image_features", [""], "Policy feature per image topic (default "
-             "observation.images.<last topic segment>).", True),
+             "observation.images.<last topic segment>, /compressed not counted).", True),
     ParamDef("qos_reliability", "best_effort", "Reliability of the input subscriptions: best_effort "
              "(sensor-data profile: matches every publisher) or reliable.", True,
              choices=("best_effort", "reliable")),
@@ -61,7 +63,8 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
     ParamDef("run_mode", "continuous", "continuous: the policy steps whenever active and not "
              "paused; goal: only while a RunPolicy goal runs.", True, choices=("continuous", "goal")),
     ParamDef("rollback_on_cancel", False, "A cancelled Generate or RunPolicy goal restores the "
-             "capsule taken when the goal was accepted."),
+             "capsule taken when the goal was accepted. Settable live: read when a goal starts "
+             "(RunPolicy goals can also ask for it themselves)."),
 )
 # [""] / [0.0] above only give the array type; the declared default is empty.
 _EMPTY_ARRAYS = {"input_joint_names", "input_image_topics", "input_image_features", "hold_command",

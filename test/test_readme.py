@@ -1,0 +1,188 @@
+"""The README's commands stay true: each one parses, names declared parameters, and the quick starts run as written.
+
+The quick starts run literally (bash, from the checkout, ``HOME`` pointing at a temporary
+directory so ``$HOME/my_act_checkpoint`` and the default capsule directory are ours): a tiny
+LeRobot ACT with the README's joints and cameras is saved there, this test publishes the
+README's topics, and the client block must exit 0 with the results it promises.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from rosproc import REPO, ros_env, stop, wait_for_text
+
+README = (REPO / "README.md").read_text()
+BLOCKS = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+
+
+def commands(block: str) -> list[str]:
+    """The block's commands: continuations joined, comments and blank lines dropped."""
+    joined = block.replace("\\\n", " ")
+    out = []
+    for line in joined.splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            out.append(" ".join(shlex.quote(w) for w in words))
+    return out
+
+
+def block_with(text: str) -> str:
+    found = [b for b in BLOCKS if text in b]
+    assert len(found) == 1, f"expected one README bash block with {text!r}, found {len(found)}"
+    return found[0]
+
+
+def test_the_two_commands_are_kept_and_ci_runs_the_test_one():
+    two = block_with("scripts/demo.sh")
+    assert [c.split()[0] for c in commands(two)] == ["scripts/demo.sh", "scripts/test.sh"]
+    for script in ("scripts/demo.sh", "scripts/test.sh"):
+        assert os.access(REPO / script, os.X_OK), script
+    assert "bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
+
+
+def _flashrt_argv(command: str) -> list[str] | None:
+    words = shlex.split(command)
+    if words[0] in (".venv/bin/flashrt", "flashrt"):
+        words = words[1:]
+        if command.startswith("flashrt "):               # the README's shell function adds --node
+            words = ["--node", "/robot1/flashrt", *words]
+        return [os.path.expandvars(w) for w in words]
+    return None
+
+
+def test_every_flashrt_command_parses_and_names_declared_parameters():
+    from rclpy.parameter import get_parameter_value, parameter_value_to_python
+
+    from flashrt_ros.cli import _parser
+    from flashrt_ros.ros.parameters import PARAMS, check_value
+    from flashrt_ros.ros.robot_io_params import ROBOT_IO_PARAMS
+    declared = {p.name: p for p in (*PARAMS, *ROBOT_IO_PARAMS)}
+    checked = 0
+    for block in BLOCKS:
+        for command in commands(block):
+            argv = _flashrt_argv(command)
+            if argv is None:
+                continue
+            args = _parser().parse_args(argv)            # SystemExit (a failure) on bad usage
+            checked += 1
+            for item in getattr(args, "param", []):
+                name, _, value = item.partition(":=")
+                assert name in declared, f"README sets undeclared parameter {name!r}"
+                python_value = parameter_value_to_python(get_parameter_value(value))
+                assert check_value(declared[name], python_value) is None, item
+    assert checked >= 10
+
+
+needs_bare_setup = pytest.mark.skipif(
+    not (REPO / ".venv" / "bin" / "flashrt").exists(),
+    reason="the README's quick starts call .venv/bin/flashrt, which scripts/setup.sh creates "
+           "(a colcon install on a distro has none)")
+
+
+def quick_start(serve_text: str, client_text: str, home: Path, timeout: float) -> subprocess.CompletedProcess:
+    """Run the README block with ``serve_text`` in the background until the node is active, then
+    the block with ``client_text`` (bash -e, from the checkout, ``HOME=home``); the node must then
+    stop cleanly (status 0, no traceback)."""
+    env = ros_env(HOME=str(home))
+    log = home / "serve.log"
+    node = subprocess.Popen(["bash", "-c", block_with(serve_text)], cwd=REPO, env=env,
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert wait_for_text(log, "active: serving capsule services", 300, node), log.read_text()
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", block_with(client_text)], cwd=REPO,
+                              env=env, capture_output=True, text=True, timeout=timeout)
+    finally:
+        assert stop(node, timeout=30) == 0, log.read_text()
+        assert "Traceback" not in log.read_text(), log.read_text()
+
+
+class _Robot:
+    """Publishes the README's robot topics at 15 Hz: joint states, a raw and a compressed camera."""
+
+    def __init__(self, joints: list[str]) -> None:
+        import io
+
+        import rclpy
+        from PIL import Image as PILImage
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import CompressedImage, Image, JointState
+        rclpy.init()
+        self.node = rclpy.create_node("readme_robot")
+        joint_pub = self.node.create_publisher(JointState, "/joint_states", qos_profile_sensor_data)
+        top = self.node.create_publisher(Image, "/camera/top/image_raw", qos_profile_sensor_data)
+        wrist = self.node.create_publisher(CompressedImage, "/camera/wrist/image_raw/compressed",
+                                           qos_profile_sensor_data)
+        buf = io.BytesIO()
+        PILImage.new("RGB", (64, 48), (30, 120, 200)).save(buf, format="JPEG")
+        jpeg = buf.getvalue()
+        self._stop = threading.Event()
+
+        def publish() -> None:
+            k = 0
+            while not self._stop.is_set():
+                joint_pub.publish(JointState(name=joints, position=[0.01 * ((k + i) % 30)
+                                                                    for i in range(len(joints))]))
+                top.publish(Image(height=48, width=64, encoding="bgr8", step=192, data=bytes(48 * 192)))
+                wrist.publish(CompressedImage(format="jpeg", data=jpeg))
+                k += 1
+                self._stop.wait(1 / 15)
+        self._thread = threading.Thread(target=publish, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        import rclpy
+        self._stop.set()
+        self._thread.join(5)
+        self.node.destroy_node()
+        rclpy.try_shutdown()
+
+
+@needs_bare_setup
+def test_robot_quick_start_runs_as_written(tmp_path):
+    from lerobot_reference import lerobot
+    lerobot()                                              # skips without the LeRobot reference
+    from flashrt_ros.benchmarks.policies import make_checkpoint
+    serve = block_with("flashrt serve --namespace /robot1")     # names taken from the README
+    joints = re.search(r"input_joint_names:=\[(.*?)\]", serve).group(1).split(", ")
+    cameras = tuple(re.search(r"input_image_features:=\[(.*?)\]", serve).group(1).split(", "))
+    checkpoint = Path(re.search(r"CKPT=\$HOME/(\S+)", serve).group(1))
+    make_checkpoint("act", tmp_path / checkpoint, "smoke", cameras=cameras, hw=(24, 32),
+                    joints=len(joints))
+    robot = _Robot(joints)
+    try:
+        r = quick_start("flashrt serve --namespace /robot1", "run-policy --max-steps 150", tmp_path, 400)
+    finally:
+        robot.close()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "lifecycle_state" in r.stdout and "active" in r.stdout
+    assert "150 steps, stop: max_steps" in r.stdout and "30 steps, stop: max_steps" in r.stdout
+    assert "snapshot before_grasp" in r.stdout and "restored before_grasp" in r.stdout
+
+
+@needs_bare_setup
+def test_llm_quick_start_runs_as_written(tmp_path):
+    r = quick_start(".venv/bin/flashrt serve    #", 'generate "Name three colours."', tmp_path, 600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "snapshot home" in r.stdout and "restored home" in r.stdout
+    assert r.stderr.count("tokens, stop:") == 2, r.stderr
+
+
+def test_every_relative_link_of_the_readme_exists():
+    links = re.findall(r"\]\(([^)#]+)(?:#([^)]*))?\)", README)
+    assert links
+    for target, anchor in links:
+        if target.startswith("http"):
+            continue
+        path = REPO / target
+        assert path.exists(), target
+        if anchor:
+            headings = re.findall(r"^#+ (.*)$", path.read_text(), flags=re.M)
+            slugs = {re.sub(r"[^a-z0-9 _-]", "", h.lower()).replace(" ", "-") for h in headings}
+            assert anchor in slugs, f"{target}#{anchor}"
