@@ -251,14 +251,20 @@ def test_generate_rejected_goal_is_failure():
     assert g.status is Status.FAILURE and "rejected" in g.feedback_message
 
 
-@pytest.mark.parametrize("how", ["timeout", "interrupt"])
-def test_generate_cancels_its_goal_on_timeout_or_interruption(how):
-    client = FakeClient()
-    g = Generate("gen", client, "hello", timeout_s=0.05)
+def _accepted_generate(client, **kw):
+    """A Generate behaviour whose goal the fake node has accepted (two ticks in)."""
+    g = Generate("gen", client, "hello", **kw)
     g.tick_once()
     goal = client.goals[0]
     goal.future.set_result(goal.handle)
     g.tick_once()
+    return g, goal
+
+
+@pytest.mark.parametrize("how", ["timeout", "interrupt"])
+def test_generate_cancels_its_goal_on_timeout_or_interruption(how):
+    client = FakeClient()
+    g, goal = _accepted_generate(client, timeout_s=0.05)
     if how == "timeout":
         time.sleep(0.06)
         g.tick_once()
@@ -337,11 +343,7 @@ def test_generate_goal_never_answered_is_cancelled_by_id_not_resent(clock):
 
 def test_generate_result_lost_after_the_goal_ended_is_asked_for_again(clock):
     client = FakeClient()
-    g = Generate("gen", client, "hello", timeout_s=60.0)
-    g.tick_once()
-    goal = client.goals[0]
-    goal.future.set_result(goal.handle)
-    g.tick_once()
+    g, goal = _accepted_generate(client, timeout_s=60.0)
     goal.handle.status = 4            # SUCCEEDED on the status topic; the result reply is lost
     g.tick_once()
     clock.now += behaviours.RESULT_GRACE_S
