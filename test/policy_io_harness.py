@@ -1,6 +1,7 @@
 """In-process harness for robot-I/O tests: a FlashRTNode and a peer node on one executor."""
 from __future__ import annotations
 
+import time
 import threading
 from pathlib import Path
 from typing import Any, Callable
