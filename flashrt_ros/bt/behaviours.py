@@ -23,8 +23,8 @@ from typing import Any, Iterator
 import py_trees
 from py_trees.common import Status
 
-from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest, check_status,
-                                     status_watch)
+from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest, StepBudget,
+                                     check_status, run_policy_fields, status_watch)
 
 _STATUS = {Progress.RUNNING: Status.RUNNING, Progress.SUCCESS: Status.SUCCESS, Progress.FAILURE: Status.FAILURE}
 
@@ -164,7 +164,8 @@ class GoalBehaviour(py_trees.behaviour.Behaviour):
         self.result: Any = None
         self.error_code = 0
 
-    def goal_fields(self) -> dict[str, Any]:
+    def goal_fields(self) -> Any:
+        """The goal's fields (a dict, or a callable read when the goal is sent)."""
         return {}
 
     def on_feedback(self, feedback: Any) -> None:
@@ -204,21 +205,36 @@ class RunPolicy(GoalBehaviour):
     steps and, with ``rollback_on_cancel``, restores the state the goal started
     from. ``steps`` / ``last_action`` follow the feedback; ``result`` holds the
     RunPolicy result (``steps``, ``stop_reason``, ``rolled_back``).
+    With ``resume_after_halt``, a run started after a halt takes only the steps
+    the halted goal left (``requests.StepBudget``), so an interrupted mission
+    still takes exactly ``max_steps`` steps.
     """
 
     action = "run_policy"
 
     def __init__(self, name: str, client: Any, *, max_steps: int = 0, max_duration_s: float = 0.0,
                  session: str = "", rollback_on_cancel: bool = False, timeout_s: float = 0.0,
-                 answer_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 answer_timeout_s: float = DEFAULT_TIMEOUT_S, resume_after_halt: bool = False) -> None:
         super().__init__(name, client, timeout_s=timeout_s, answer_timeout_s=answer_timeout_s)
         self.fields = dict(max_steps=int(max_steps), max_duration_s=float(max_duration_s), session=session,
                            rollback_on_cancel=bool(rollback_on_cancel))
+        self.budget = StepBudget() if resume_after_halt else None
         self.steps = 0
         self.last_action: list[float] = []
 
-    def goal_fields(self) -> dict[str, Any]:
-        return dict(self.fields)
+    def goal_fields(self) -> Any:
+        return run_policy_fields(budget=self.budget, **self.fields)
+
+    def update(self) -> Status:
+        status = super().update()
+        if status is Status.SUCCESS and self.budget is not None:
+            self.budget.finished()
+        return status
+
+    def terminate(self, new_status: Status) -> None:
+        if new_status is Status.INVALID and self.budget is not None and self.request is not None:
+            self.budget.halted(self.request)
+        super().terminate(new_status)
 
     def initialise(self) -> None:
         super().initialise()

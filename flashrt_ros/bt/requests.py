@@ -158,12 +158,16 @@ class GoalRequest:
     cancelled and FAILS with TIMEOUT. ``result`` holds the action's result.
     """
 
-    def __init__(self, client: Any, action: str, fields: dict[str, Any] | None = None, *,
-                 timeout_s: float = 0.0, answer_timeout_s: float = DEFAULT_TIMEOUT_S,
+    def __init__(self, client: Any, action: str, fields: dict[str, Any] | Callable[[], dict | None] | None = None,
+                 *, timeout_s: float = 0.0, answer_timeout_s: float = DEFAULT_TIMEOUT_S,
                  on_feedback: Callable[[Any], None] | None = None) -> None:
-        self.client, self.action, self.fields = client, action, dict(fields or {})
+        self.client, self.action = client, action
+        self.fields: dict[str, Any] | None = None
+        # A callable is read when the goal is sent (after any halted goal settled); None: nothing to run.
+        self._fields = fields if callable(fields) else (lambda f=dict(fields or {}): f)
+        self._on_feedback = on_feedback
         self.timeout_s, self.answer_timeout_s = timeout_s, answer_timeout_s
-        self._ready, self._send = _action_calls(client, action, self.fields, on_feedback)
+        self._ready = _action_calls(client, action, {}, None)[0]
         self.started: float | None = None
         self.goal_future: Any = None
         self.handle: Any = None
@@ -187,7 +191,11 @@ class GoalRequest:
                     return Progress.RUNNING
                 why = "a halted goal did not report its result" if not settled else "action server not available"
                 return self._fail(ErrorCode.TIMEOUT, f"{self.action}: {why} within {self.answer_timeout_s:g} s")
-            self.goal_future = self._send()
+            self.fields = self._fields()
+            if self.fields is None:
+                self.error_code, self.message = 0, f"{self.action}: nothing left to run"
+                return Progress.SUCCESS
+            self.goal_future = _action_calls(self.client, self.action, self.fields, self._on_feedback)[1]()
         if self.handle is None:
             if not self.goal_future.done():
                 if waited < self.answer_timeout_s:
@@ -244,9 +252,61 @@ class GoalRequest:
     def cancel_sent(self) -> bool:
         return self._cancel_sent
 
+    def reported_steps(self) -> int | None:
+        """Steps a finished run_policy goal kept (0 if it was rolled back); None before its result."""
+        if self.result_future is None or not self.result_future.done():
+            return None
+        result = self.result_future.result().result
+        return 0 if result.rolled_back else int(result.steps)
+
     def _fail(self, code: int, message: str) -> Progress:
         self.error_code, self.message = int(code), _tagged(code, message)
         return Progress.FAILURE
+
+
+class StepBudget:
+    """The steps a RunPolicy node has left of ``max_steps`` across halts (``resume_after_halt``).
+
+    A halted goal stops between two steps; the next start of the same node then
+    runs only what that goal left (counted from its result, so a mission of N
+    steps takes exactly N committed steps however often it is interrupted; a
+    rolled-back goal left all of its steps). A run that finishes resets the budget.
+    """
+
+    def __init__(self) -> None:
+        self.left: int | None = None
+        self._sent = 0
+        self._halted: GoalRequest | None = None
+
+    def steps_to_send(self, max_steps: int) -> int:
+        """Called when the goal is sent (after any halted goal has reported)."""
+        if self._halted is not None:
+            kept = self._halted.reported_steps()
+            self.left = self._sent - min(kept, self._sent) if kept is not None else self._sent
+            self._halted = None
+        self._sent = self.left if self.left is not None else max_steps
+        return self._sent
+
+    def halted(self, request: GoalRequest) -> None:
+        self._halted = request
+
+    def finished(self) -> None:
+        self.left, self._halted = None, None
+
+
+def run_policy_fields(max_steps: int, max_duration_s: float, session: str, rollback_on_cancel: bool,
+                      budget: StepBudget | None) -> dict[str, Any] | Callable[[], dict[str, Any] | None]:
+    """A RunPolicy goal's fields; with a budget, read at send time (None: no step left to run)."""
+    def fields(steps: int) -> dict[str, Any]:
+        return dict(max_steps=int(steps), max_duration_s=float(max_duration_s), session=session,
+                    rollback_on_cancel=bool(rollback_on_cancel))
+    if budget is None or not max_steps:
+        return fields(max_steps)
+
+    def at_send() -> dict[str, Any] | None:
+        steps = budget.steps_to_send(int(max_steps))
+        return fields(steps) if steps > 0 else None
+    return at_send
 
 
 # --- the node's ~/status, for condition nodes --------------------------------------------------

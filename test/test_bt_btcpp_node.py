@@ -1,0 +1,214 @@
+"""The BehaviorTree.CPP XML trees (through behaviortreepy) against a real policy node (CPU, run_mode=goal)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+bt = pytest.importorskip("behaviortreepy", reason="behaviortreepy has wheels for x86_64 Linux only")
+
+from bt_harness import POLICY_PARAMS, ActionLog, ObservationFeed, wait_until  # noqa: E402
+from flashrt_ros.bt.btcpp import FlashRTTrees  # noqa: E402
+from flashrt_ros.bt.run import TREES_DIR  # noqa: E402
+from node_fixtures import ros_node  # noqa: E402,F401 - fixture
+from rosproc import REPO, NodeUnderTest, ros_env  # noqa: E402
+
+MISSION = 30
+
+
+@pytest.fixture(scope="module")
+def policy_node(tmp_path_factory):
+    n = NodeUnderTest(tmp_path_factory.mktemp("btcpp"), "btcpp", POLICY_PARAMS)
+    n.wait_active()
+    yield n
+    assert n.stop() == 0, n.log.read_text()
+    assert "Traceback" not in n.log.read_text(), n.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def env(policy_node, ros_node):  # noqa: F811
+    """(client, action log): observations are fed all along, actions recorded."""
+    from flashrt_ros.client import FlashRTClient
+    feed = ObservationFeed(ros_node, policy_node)
+    actions = ActionLog(ros_node, policy_node)
+    client = FlashRTClient(ros_node, f"{policy_node.namespace}/flashrt")
+    wait_until(lambda: client.run_policy_ready() and client.wait_for("snapshot", 0.0), 60, "the node's servers")
+    client.call("snapshot", name="bt_origin", overwrite=True)
+    yield client, actions
+    feed.close(ros_node)
+
+
+class Runner:
+    """Loads a tree with a fresh FlashRTTrees, records node events, ticks at ~100 Hz."""
+
+    def __init__(self, client, xml: str, **entries) -> None:
+        self.events: list[tuple[str, str, str]] = []
+        self.trees = FlashRTTrees(client, on_event=lambda *e: self.events.append(e))
+        self.bb = bt.Blackboard.create()
+        for key, value in entries.items():
+            self.set(key, value)
+        self.tree = self.trees.load(xml, self.bb)
+        self.status = bt.NodeStatus.IDLE
+
+    def set(self, key: str, value) -> None:
+        setter = {bool: self.bb.set_bool, int: self.bb.set_int, str: self.bb.set_string}[type(value)]
+        setter(key, value)
+
+    def tick_until(self, condition=None, timeout_s: float = 90.0):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.status = self.tree.tick_once()
+            if (condition() if condition is not None else self.status != bt.NodeStatus.RUNNING):
+                return self.status
+            time.sleep(0.01)
+        raise AssertionError(f"tree {self.status} after {timeout_s:g} s; events {self.events}")
+
+    def happened(self, name: str, event: str) -> bool:
+        return any(n == name and e == event for n, e, _ in self.events)
+
+
+def library(name: str) -> str:
+    return (TREES_DIR / name).read_text()
+
+
+def restore_origin(client) -> None:
+    client.call("restore", name="bt_origin")
+
+
+def new_actions(actions: ActionLog, since: int, count: int) -> list[list[float]]:
+    wait_until(lambda: len(actions.snapshot()) >= since + count, 60, f"{count} actions")
+    return actions.snapshot()[since:since + count]
+
+
+@pytest.fixture(scope="module")
+def reference(env):
+    """The uninterrupted mission: its actions and the capsule of its final state."""
+    client, actions = env
+    restore_origin(client)
+    since = len(actions.snapshot())
+    r = Runner(client, library("interrupt_pause_resume.xml"), mission_steps=MISSION, interrupt=False)
+    assert r.tick_until() == bt.NodeStatus.SUCCESS, r.events
+    client.call("snapshot", name="bt_reference_end", overwrite=True)
+    return new_actions(actions, since, MISSION)
+
+
+def test_interrupted_mission_ends_bit_identical_to_the_uninterrupted_one(env, reference):
+    client, actions = env
+    restore_origin(client)
+    since = len(actions.snapshot())
+    r = Runner(client, library("interrupt_pause_resume.xml"), mission_steps=MISSION, interrupt=False)
+    r.tick_until(lambda: len(actions.snapshot()) >= since + 8)
+    r.set("interrupt", True)
+    r.tick_until(lambda: r.happened("PausePolicy", "SUCCESS"))
+    assert r.happened("mission", "halted") and r.status == bt.NodeStatus.RUNNING
+    interrupted_at = client.call("snapshot", name="bt_interrupted", overwrite=True).capsule.position
+    assert 8 <= interrupted_at < MISSION, "the interrupt came mid-mission"
+    r.set("interrupt", False)
+    assert r.tick_until() == bt.NodeStatus.SUCCESS, r.events
+    assert new_actions(actions, since, MISSION) == reference, "actions differ from the uninterrupted run"
+    assert len(actions.snapshot()) == since + MISSION, "exactly the mission's steps, none repeated"
+    assert client.call("verify", name="bt_reference_end", against_live=True).matches_live
+
+
+def test_operator_override_restores_the_policy_whatever_happened_meanwhile(env, reference):
+    client, actions = env
+    restore_origin(client)
+    since = len(actions.snapshot())
+    r = Runner(client, library("operator_override.xml"), mission_steps=MISSION, override=False)
+    r.tick_until(lambda: len(actions.snapshot()) >= since + 10)
+    r.set("override", True)
+    r.tick_until(lambda: r.happened("save the policy", "SUCCESS"))
+    done_before = len(actions.snapshot()) - since
+    client.call("reset")                 # the operator's time: the policy's state is wiped meanwhile
+    r.set("override", False)
+    assert r.tick_until() == bt.NodeStatus.SUCCESS, r.events
+    assert r.happened("restore the policy", "SUCCESS")
+    assert new_actions(actions, since, MISSION) == reference
+    assert 10 <= done_before < MISSION
+    assert client.call("verify", name="bt_reference_end", against_live=True).matches_live
+
+
+HALT_TREE = """<root BTCPP_format="4"><BehaviorTree ID="Halt"><Sequence>
+  <Snapshot capsule="bt_halt_start" overwrite="true" position="{start}"/>
+  <Fallback>
+    <ReactiveSequence>
+      <ScriptCondition code="!stop"/>
+      <RunPolicy max_steps="100000" rollback_on_cancel="{rollback}"/>
+    </ReactiveSequence>
+    <AlwaysSuccess/>
+  </Fallback>
+  <Snapshot capsule="bt_halt_after" overwrite="true" position="{after}"/>
+</Sequence></BehaviorTree></root>"""
+
+
+@pytest.mark.parametrize("rollback", [False, True])
+def test_halt_mid_run_policy_leaves_a_committed_boundary(env, rollback):
+    client, actions = env
+    since = len(actions.snapshot())
+    r = Runner(client, HALT_TREE, stop=False, rollback=rollback)
+    r.tick_until(lambda: len(actions.snapshot()) >= since + 3)
+    r.set("stop", True)
+    assert r.tick_until() == bt.NodeStatus.SUCCESS, r.events
+    assert r.happened("RunPolicy", "halted")
+    start, after = r.bb.get_int("start"), r.bb.get_int("after")
+    if rollback:
+        assert after == start
+        assert client.call("verify", name="bt_halt_start", against_live=True).matches_live
+    else:       # every published action is a committed step, and the state is the last of them
+        wait_until(lambda: len(actions.snapshot()) >= since + (after - start), 30, "the goal's actions")
+        assert after - start == len(actions.snapshot()) - since >= 3
+
+
+def test_failing_verbs_fail_their_node_with_the_error_code(env):
+    client, _ = env
+    r = Runner(client, """<root BTCPP_format="4"><BehaviorTree ID="F"><Fallback>
+      <Restore capsule="bt_never_taken"/>
+      <Sequence><RunPolicy error_code="{run_code}" error_message="{run_message}"/></Sequence>
+    </Fallback></BehaviorTree></root>""")
+    assert r.tick_until() == bt.NodeStatus.FAILURE
+    assert r.happened("Restore", "FAILURE")
+    assert r.bb.get_int("run_code") == 10 and "INVALID_ARGUMENT" in r.bb.get_string("run_message")
+    assert r.trees.last_error["Restore"][0] == 1 and "NOT_FOUND" in r.trees.last_error["Restore"][1]
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_try_and_rollback(env, ok):
+    client, _ = env
+    restore_origin(client)
+    r = Runner(client, library("try_and_rollback.xml"), try_steps=6, try_ok=ok)
+    status = r.tick_until()
+    position = client.call("snapshot", name="bt_after_try", overwrite=True).capsule.position
+    origin = client.call("list").capsules
+    origin_position = next(c.position for c in origin if c.name == "bt_origin")
+    if ok:
+        assert status == bt.NodeStatus.SUCCESS and position == origin_position + 6
+    else:
+        assert status == bt.NodeStatus.FAILURE and r.happened("undo", "SUCCESS")
+        assert client.call("verify", name="bt_origin", against_live=True).matches_live
+
+
+@pytest.mark.parametrize("accept", [True, False])
+def test_best_of_n_with_fork(env, accept):
+    client, _ = env
+    restore_origin(client)
+    r = Runner(client, library("best_of_n.xml"), try_steps=4, accept=accept)
+    status = r.tick_until()
+    names = {c.name for c in client.call("list").capsules}
+    assert {"bon_origin", "bon_1", "bon_2", "bon_3"} <= names
+    if accept:
+        assert status == bt.NodeStatus.SUCCESS and r.bb.get_string("winner") == "bon_1"
+    else:
+        assert status == bt.NodeStatus.FAILURE
+        assert client.call("verify", name="bon_origin", against_live=True).matches_live
+        assert sum(1 for n, e, _ in r.events if n == "attempt" and e == "SUCCESS") == 3
+
+
+def test_flashrt_bt_run_cli(policy_node, env):
+    out = subprocess.run(
+        [sys.executable, "-m", "flashrt_ros.cli", "--node", f"{policy_node.namespace}/flashrt", "bt", "run",
+         "try_and_rollback.xml", "--rate", "50", "-b", "try_steps:=3", "-b", "try_ok:=true",
+         "--max-seconds", "120"], capture_output=True, text=True, env=ros_env(), cwd=str(REPO), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tree: RUNNING" in out.stdout and "tree: SUCCESS" in out.stdout and "try: SUCCESS" in out.stdout
