@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                        ("unpin", "let budgets demote a capsule again")):
         sub.add_parser(verb, help=text).add_argument("name")
     sub.add_parser("close-session", help="forget a parked session and free its state").add_argument("session")
+    sub.add_parser("switch-session", help="park the current session and make SESSION live "
+                                          "(a new name starts empty)").add_argument("session")
     s = sub.add_parser("verify", help="re-hash a capsule (and compare with the live state)")
     s.add_argument("name")
     s.add_argument("--live", action="store_true", help="also compare with the live state")
@@ -197,8 +199,8 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
         r = call("rollback", steps=args.steps)
     elif c in ("drop", "save", "load", "pin", "unpin"):
         r = call(c, name=args.name)
-    elif c == "close-session":
-        r = call("close_session", session=args.session)
+    elif c in ("close-session", "switch-session"):
+        r = call(c.replace("-", "_"), session=args.session)
     elif c == "verify":
         r = call("verify", name=args.name, against_live=args.live)
     elif c == "list":

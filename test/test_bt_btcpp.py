@@ -153,3 +153,22 @@ def test_a_tick_returns_running_while_the_service_is_still_inside_its_callback(r
         executor.shutdown()
         spin.join(5)
         server.destroy_node()
+
+
+DOC = MODEL.parents[3] / "docs" / "behaviour_trees.md"
+
+
+def test_docs_node_table_is_current():
+    from flashrt_ros.bt.nodes import nodes_markdown
+    text = DOC.read_text()
+    table = text[text.index("<!-- nodes:begin -->\n") + len("<!-- nodes:begin -->\n"):text.index("<!-- nodes:end -->")]
+    assert table == nodes_markdown(), "regenerate: python -m flashrt_ros.bt.nodes --markdown"
+
+
+def test_docs_trees_load_against_the_node_model():
+    """The XML in docs/behaviour_trees.md (what a C++ tree with the same nodes runs) passes the port checks."""
+    import re
+    blocks = re.findall(r"```xml\n(.*?)```", DOC.read_text(), re.S)
+    assert blocks
+    for xml in blocks:
+        assert FlashRTTrees(FakeClient()).load(xml) is not None

@@ -106,3 +106,17 @@ def test_reset_and_switch_session(client):
     bad = SwitchSession("bad", client, "")
     tick_until(bad)
     assert bad.status is Status.FAILURE and bad.error_code == 10
+
+
+def test_switch_session_cli(policy_node, client):
+    import subprocess
+    import sys
+
+    from rosproc import REPO, ros_env
+    base = [sys.executable, "-m", "flashrt_ros.cli", "--node", f"{policy_node.namespace}/flashrt"]
+    out = subprocess.run(base + ["switch-session", "py_cli"], capture_output=True, text=True, env=ros_env(),
+                         cwd=str(REPO), timeout=120)
+    assert out.returncode == 0 and "session py_cli is live" in out.stdout, out.stdout + out.stderr
+    back = subprocess.run(base + ["switch-session", "default"], capture_output=True, text=True, env=ros_env(),
+                          cwd=str(REPO), timeout=120)
+    assert back.returncode == 0 and "parked py_cli" in back.stdout, back.stdout + back.stderr

@@ -326,3 +326,21 @@ def test_halt_before_acceptance_cancels_once_the_goal_is_accepted():
     goal.future.set_result(goal.handle)
     Snapshot("next", client, "cap").tick_once()     # polling the next request settles the halted goal
     assert goal.cancelled and client.sent == []
+
+
+def test_run_policy_resume_after_halt_runs_only_the_steps_left():
+    client = FakeClient()
+    run, first = _accepted_run(client, max_steps=50, resume_after_halt=True)
+    run.stop(Status.INVALID)
+    first.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="cancelled", steps=18, rolled_back=False), status=5))
+    run.tick_once()
+    assert client.goals[1].fields["max_steps"] == 32
+    second = client.goals[1]
+    second.future.set_result(second.handle)
+    run.tick_once()
+    run.stop(Status.INVALID)
+    second.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="cancelled", steps=5, rolled_back=True), status=5))
+    run.tick_once()
+    assert client.goals[2].fields["max_steps"] == 32, "a rolled-back goal kept none of its steps"

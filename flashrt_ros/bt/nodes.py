@@ -202,5 +202,29 @@ def tree_nodes_model_xml() -> str:
     return "\n".join(lines)
 
 
+def _default_text(port: Port) -> str:
+    if port.output:
+        return f"`{port.default}`" if port.default else "-"
+    if port.default is None:
+        return "required"
+    return f"`{str(port.default).lower() if isinstance(port.default, bool) else port.default}`" \
+        if port.default != "" else '`""`'
+
+
+def nodes_markdown() -> str:
+    """The node table of docs/behaviour_trees.md (generated; a test keeps the doc current)."""
+    rows = ["| node | kind | ports (in: default; out: blackboard entry by default) | does |",
+            "| --- | --- | --- | --- |"]
+    for node in NODES:
+        ports = ", ".join(f"{'out ' if p.output else ''}`{p.name}` ({_default_text(p)})"
+                          for p in node.ports) or "-"
+        rows.append(f"| `{node.id}` | {node.kind} | {ports} | {node.doc} |")
+    rows.append("")
+    rows.append("Every action also has the outputs `error_code` (`{error_code}`) and `error_message` "
+                "(`{error_message}`).")
+    return "\n".join(rows) + "\n"
+
+
 if __name__ == "__main__":
-    print(tree_nodes_model_xml(), end="")
+    import sys
+    print(nodes_markdown() if "--markdown" in sys.argv else tree_nodes_model_xml(), end="")
