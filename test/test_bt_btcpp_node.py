@@ -212,3 +212,38 @@ def test_flashrt_bt_run_cli(policy_node, env):
          "--max-seconds", "120"], capture_output=True, text=True, env=ros_env(), cwd=str(REPO), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "tree: RUNNING" in out.stdout and "tree: SUCCESS" in out.stdout and "try: SUCCESS" in out.stdout
+
+
+LLM_TREE = """<root BTCPP_format="4"><BehaviorTree ID="Llm"><Sequence>
+  <Generate prompt="The robot" reset="true" max_new_tokens="4" text="{text}" stop_reason="{why}"/>
+  <Snapshot capsule="llm_before" overwrite="true" position="{before}"/>
+  <Fallback>
+    <ReactiveSequence>
+      <ScriptCondition code="!stop"/>
+      <Generate name="long" max_new_tokens="200" rollback_on_cancel="true"/>
+    </ReactiveSequence>
+    <AlwaysSuccess/>
+  </Fallback>
+  <Snapshot capsule="llm_after" overwrite="true" position="{after}"/>
+</Sequence></BehaviorTree></root>"""
+
+
+def test_generate_node_and_its_halt_with_rollback_on_an_llm_node(tmp_path, ros_node):  # noqa: F811
+    from flashrt_ros.client import FlashRTClient
+    node = NodeUnderTest(tmp_path, "btllm", {"model": "random-llama-tiny", "max_context": "256",
+                                             "prefill_chunk": "16"})
+    try:
+        node.wait_active()
+        client = FlashRTClient(ros_node, f"{node.namespace}/flashrt")
+        wait_until(lambda: client.generate_ready() and client.wait_for("snapshot", 0.0), 60, "the LLM node")
+        r = Runner(client, LLM_TREE, stop=False)
+        r.tick_until(lambda: r.happened("long", "started"))
+        r.set("stop", True)                  # the next tick halts "long": it cannot finish unticked
+        assert r.tick_until() == bt.NodeStatus.SUCCESS, r.events
+        assert r.happened("long", "halted") and not r.happened("long", "SUCCESS")
+        assert r.bb.get_string("why") == "max_new_tokens" and r.bb.get_string("text")
+        assert r.bb.get_int("after") == r.bb.get_int("before"), "the halted generation was rolled back"
+        assert client.call("verify", name="llm_before", against_live=True).matches_live
+    finally:
+        assert node.stop() == 0, node.log.read_text()
+    assert "Traceback" not in node.log.read_text(), node.log.read_text()
