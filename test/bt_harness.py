@@ -9,6 +9,9 @@ import threading
 import time
 from typing import Any, Callable
 
+import pytest
+
+from node_fixtures import active_node, ros_node  # noqa: F401 - fixture
 from rosproc import NodeUnderTest
 
 POLICY_PARAMS = {"engine_kind": "policy", "policy": "gru", "device": "cpu", "qos_deadline_factor": "0.0",
@@ -71,3 +74,23 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def policy_node(tmp_path_factory, request):
+    """A policy node (run_mode=goal) named after the test module's NODE_NAME."""
+    name = request.module.NODE_NAME
+    with active_node(tmp_path_factory.mktemp(name), name, POLICY_PARAMS) as n:
+        yield n
+
+
+@pytest.fixture(scope="module")
+def policy_env(policy_node, ros_node):  # noqa: F811
+    """(client, action log) of the policy node: observations fed all along, actions recorded."""
+    from flashrt_ros.client import FlashRTClient
+    feed = ObservationFeed(ros_node, policy_node)
+    actions = ActionLog(ros_node, policy_node)
+    client = FlashRTClient(ros_node, f"{policy_node.namespace}/flashrt")
+    wait_until(lambda: client.run_policy_ready() and client.wait_for("snapshot", 0.0), 60, "the node's servers")
+    yield client, actions
+    feed.close(ros_node)

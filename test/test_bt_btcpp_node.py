@@ -9,35 +9,21 @@ import pytest
 
 bt = pytest.importorskip("behaviortreepy", reason="behaviortreepy has wheels for x86_64 Linux only")
 
-from bt_harness import POLICY_PARAMS, ActionLog, ObservationFeed, wait_until  # noqa: E402
+from bt_harness import ActionLog, policy_env, policy_node, wait_until  # noqa: E402,F401 - fixtures
 from flashrt_ros.bt.btcpp import FlashRTTrees  # noqa: E402
 from flashrt_ros.bt.run import TREES_DIR  # noqa: E402
-from node_fixtures import ros_node  # noqa: E402,F401 - fixture
-from rosproc import REPO, NodeUnderTest, ros_env  # noqa: E402
+from node_fixtures import active_node, ros_node  # noqa: E402,F401 - fixture
+from rosproc import REPO, ros_env  # noqa: E402
 
+NODE_NAME = "btcpp"
 MISSION = 30
 
 
 @pytest.fixture(scope="module")
-def policy_node(tmp_path_factory):
-    n = NodeUnderTest(tmp_path_factory.mktemp("btcpp"), "btcpp", POLICY_PARAMS)
-    n.wait_active()
-    yield n
-    assert n.stop() == 0, n.log.read_text()
-    assert "Traceback" not in n.log.read_text(), n.log.read_text()
-
-
-@pytest.fixture(scope="module")
-def env(policy_node, ros_node):  # noqa: F811
-    """(client, action log): observations are fed all along, actions recorded."""
-    from flashrt_ros.client import FlashRTClient
-    feed = ObservationFeed(ros_node, policy_node)
-    actions = ActionLog(ros_node, policy_node)
-    client = FlashRTClient(ros_node, f"{policy_node.namespace}/flashrt")
-    wait_until(lambda: client.run_policy_ready() and client.wait_for("snapshot", 0.0), 60, "the node's servers")
-    client.call("snapshot", name="bt_origin", overwrite=True)
-    yield client, actions
-    feed.close(ros_node)
+def env(policy_env):  # noqa: F811
+    """(client, action log), with capsule bt_origin: the state every mission starts from."""
+    policy_env[0].call("snapshot", name="bt_origin", overwrite=True)
+    return policy_env
 
 
 class Runner:
@@ -94,14 +80,21 @@ def reference(env):
     return new_actions(actions, since, MISSION)
 
 
-def test_interrupted_mission_ends_bit_identical_to_the_uninterrupted_one(env, reference):
+def interrupt_mission(env, tree: str, flag: str, after_steps: int, settled: tuple[str, str]):
+    """From the origin, run the mission tree until ``after_steps`` actions, raise ``flag``, tick until ``settled``."""
     client, actions = env
     restore_origin(client)
     since = len(actions.snapshot())
-    r = Runner(client, library("interrupt_pause_resume.xml"), mission_steps=MISSION, interrupt=False)
-    r.tick_until(lambda: len(actions.snapshot()) >= since + 8)
-    r.set("interrupt", True)
-    r.tick_until(lambda: r.happened("PausePolicy", "SUCCESS"))
+    r = Runner(client, library(tree), mission_steps=MISSION, **{flag: False})
+    r.tick_until(lambda: len(actions.snapshot()) >= since + after_steps)
+    r.set(flag, True)
+    r.tick_until(lambda: r.happened(*settled))
+    return r, since
+
+
+def test_interrupted_mission_ends_bit_identical_to_the_uninterrupted_one(env, reference):
+    client, actions = env
+    r, since = interrupt_mission(env, "interrupt_pause_resume.xml", "interrupt", 8, ("PausePolicy", "SUCCESS"))
     assert r.happened("mission", "halted") and r.status == bt.NodeStatus.RUNNING
     interrupted_at = client.call("snapshot", name="bt_interrupted", overwrite=True).capsule.position
     assert 8 <= interrupted_at < MISSION, "the interrupt came mid-mission"
@@ -114,12 +107,7 @@ def test_interrupted_mission_ends_bit_identical_to_the_uninterrupted_one(env, re
 
 def test_operator_override_restores_the_policy_whatever_happened_meanwhile(env, reference):
     client, actions = env
-    restore_origin(client)
-    since = len(actions.snapshot())
-    r = Runner(client, library("operator_override.xml"), mission_steps=MISSION, override=False)
-    r.tick_until(lambda: len(actions.snapshot()) >= since + 10)
-    r.set("override", True)
-    r.tick_until(lambda: r.happened("save the policy", "SUCCESS"))
+    r, since = interrupt_mission(env, "operator_override.xml", "override", 10, ("save the policy", "SUCCESS"))
     done_before = len(actions.snapshot()) - since
     client.call("reset")                 # the operator's time: the policy's state is wiped meanwhile
     r.set("override", False)
@@ -230,10 +218,8 @@ LLM_TREE = """<root BTCPP_format="4"><BehaviorTree ID="Llm"><Sequence>
 
 def test_generate_node_and_its_halt_with_rollback_on_an_llm_node(tmp_path, ros_node):  # noqa: F811
     from flashrt_ros.client import FlashRTClient
-    node = NodeUnderTest(tmp_path, "btllm", {"model": "random-llama-tiny", "max_context": "256",
-                                             "prefill_chunk": "16"})
-    try:
-        node.wait_active()
+    with active_node(tmp_path, "btllm", {"model": "random-llama-tiny", "max_context": "256",
+                                          "prefill_chunk": "16"}) as node:
         client = FlashRTClient(ros_node, f"{node.namespace}/flashrt")
         wait_until(lambda: client.generate_ready() and client.wait_for("snapshot", 0.0), 60, "the LLM node")
         r = Runner(client, LLM_TREE, stop=False)
@@ -244,6 +230,3 @@ def test_generate_node_and_its_halt_with_rollback_on_an_llm_node(tmp_path, ros_n
         assert r.bb.get_string("why") == "max_new_tokens" and r.bb.get_string("text")
         assert r.bb.get_int("after") == r.bb.get_int("before"), "the halted generation was rolled back"
         assert client.call("verify", name="llm_before", against_live=True).matches_live
-    finally:
-        assert node.stop() == 0, node.log.read_text()
-    assert "Traceback" not in node.log.read_text(), node.log.read_text()

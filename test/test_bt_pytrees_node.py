@@ -7,29 +7,16 @@ import py_trees
 import pytest
 from py_trees.common import Status
 
-from bt_harness import POLICY_PARAMS, ObservationFeed, wait_until
+from bt_harness import policy_env, policy_node, wait_until  # noqa: F401 - fixtures
 from flashrt_ros.bt import Reset, RunPolicy, Snapshot, SwitchSession
 from node_fixtures import ros_node  # noqa: F401 - fixture
-from rosproc import NodeUnderTest
+
+NODE_NAME = "btpy"
 
 
 @pytest.fixture(scope="module")
-def policy_node(tmp_path_factory):
-    n = NodeUnderTest(tmp_path_factory.mktemp("btpy"), "btpy", POLICY_PARAMS)
-    n.wait_active()
-    yield n
-    assert n.stop() == 0, n.log.read_text()
-    assert "Traceback" not in n.log.read_text(), n.log.read_text()
-
-
-@pytest.fixture(scope="module")
-def client(policy_node, ros_node):  # noqa: F811
-    from flashrt_ros.client import FlashRTClient
-    feed = ObservationFeed(ros_node, policy_node)
-    c = FlashRTClient(ros_node, f"{policy_node.namespace}/flashrt")
-    wait_until(lambda: c.run_policy_ready() and c.wait_for("snapshot", 0.0), 60, "the node's servers")
-    yield c
-    feed.close(ros_node)
+def client(policy_env):  # noqa: F811
+    return policy_env[0]
 
 
 def tick_until(root: py_trees.behaviour.Behaviour, done=None, timeout_s: float = 60.0) -> None:
