@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bt":
             from flashrt_ros.bt.run import run_tree
             return run_tree(args.tree, node=args.node, rate_hz=args.rate, groot_port=args.groot,
-                            blackboard=args.blackboard, max_seconds=args.max_seconds)
+                            blackboard=args.blackboard, max_seconds=args.max_seconds, wait_s=args.timeout)
         if args.command == "demo":
             from flashrt_ros.demo import run_demo
             return run_demo(model=args.model, tokens=args.tokens)

@@ -172,3 +172,35 @@ def test_docs_trees_load_against_the_node_model():
     assert blocks
     for xml in blocks:
         assert FlashRTTrees(FakeClient()).load(xml) is not None
+
+
+def test_status_conditions_say_why():
+    from flashrt_ros.bt.requests import check_status
+    status = SimpleNamespace(lifecycle_state="active", engine_kind="policy", inputs_state="stale",
+                             inputs_detail="observation 2.1 s old", busy=True)
+    assert check_status(None, "inputs_fresh") == (False, "no ~/status received yet")
+    assert check_status(status, "inputs_fresh") == (False, "inputs stale: observation 2.1 s old")
+    assert check_status(status, "policy_paused") == (False, "policy running")
+    assert check_status(SimpleNamespace(**{**vars(status), "busy": False}), "policy_paused")[0]
+    assert check_status(SimpleNamespace(**{**vars(status), "engine_kind": "llm"}), "policy_paused")[0] is False
+    assert check_status(SimpleNamespace(**{**vars(status), "lifecycle_state": "inactive"}), "inputs_fresh") \
+        == (False, "node is inactive")
+
+
+def test_groot2_publisher_starts_with_the_cli_runner(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from rosproc import REPO, ros_env
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "only_builtins.xml"
+    path.write_text(tree("<AlwaysSuccess/>"))
+    out = subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--node", "/nobody/flashrt", "--timeout", "0.5",
+                          "bt", "run", str(path), "--groot", str(port)],
+                         capture_output=True, text=True, env=ros_env(), cwd=str(REPO), timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"publishing to Groot2 on port {port}" in out.stdout and "tree: SUCCESS" in out.stdout
+    assert "not found within 0.5 s" in out.stdout

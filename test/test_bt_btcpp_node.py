@@ -230,3 +230,20 @@ def test_generate_node_and_its_halt_with_rollback_on_an_llm_node(tmp_path, ros_n
         assert r.bb.get_string("why") == "max_new_tokens" and r.bb.get_string("text")
         assert r.bb.get_int("after") == r.bb.get_int("before"), "the halted generation was rolled back"
         assert client.call("verify", name="llm_before", against_live=True).matches_live
+
+
+def test_status_conditions_follow_the_node(env):
+    """~/status is periodic: each condition is ticked until it says so (a deadline, no sleep)."""
+    client, _ = env
+
+    def becomes(xml_node: str, status) -> None:
+        r = Runner(client, f'<root BTCPP_format="4"><BehaviorTree ID="C">{xml_node}</BehaviorTree></root>')
+        r.tick_until(lambda: r.status == status, timeout_s=60)
+
+    # InputsFresh is checked against status messages in test_bt_btcpp.py: in run_mode=goal an idle
+    # node's inputs_state keeps its last verdict (policy_io re-evaluates it when it steps).
+    becomes("<IsPolicyPaused/>", bt.NodeStatus.FAILURE)
+    becomes("<PausePolicy/>", bt.NodeStatus.SUCCESS)
+    becomes("<IsPolicyPaused/>", bt.NodeStatus.SUCCESS)
+    becomes("<ResumePolicy/>", bt.NodeStatus.SUCCESS)
+    becomes("<IsPolicyPaused/>", bt.NodeStatus.FAILURE)

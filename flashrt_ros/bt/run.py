@@ -53,9 +53,13 @@ def fill_blackboard(blackboard: Any, entries: list[str]) -> None:
 
 
 def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_port: int | None = None,
-             blackboard: list[str] | None = None, max_seconds: float = 0.0, out: TextIO = sys.stdout,
-             stop: Callable[[], bool] | None = None) -> int:
-    """Tick the tree until it ends (0: SUCCESS, 1: FAILURE), ``max_seconds`` pass (1) or Ctrl-C (130)."""
+             blackboard: list[str] | None = None, max_seconds: float = 0.0, wait_s: float = 30.0,
+             out: TextIO = sys.stdout, stop: Callable[[], bool] | None = None) -> int:
+    """Tick the tree until it ends (0: SUCCESS, 1: FAILURE), ``max_seconds`` pass (1) or Ctrl-C (130).
+
+    Before the first tick it waits up to ``wait_s`` for the node's services and actions to be
+    discovered (a fresh process needs a moment); ticks themselves never wait.
+    """
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
@@ -99,6 +103,12 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
                 return EXIT_USAGE
             publisher = bt.Groot2Publisher(tree, groot_port)   # noqa: F841 - alive while the tree runs
             say(f"publishing to Groot2 on port {groot_port} (and {groot_port + 1})")
+        client = trees.client
+        found = _spin_until(executor, time.monotonic() + wait_s, lambda: client.wait_for("list", 0.0)
+                            and client.run_policy_ready() and client.generate_ready())
+        if not found:
+            say(f"warning: {node} not found within {wait_s:g} s (is it running, on this ROS_DOMAIN_ID?); "
+                "ticking anyway")
         say(f"ticking {tree_file.name} at {rate_hz:g} Hz against {node}")
         period, last, next_tick = 1.0 / rate_hz, None, time.monotonic()
         try:
@@ -127,9 +137,13 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
         rclpy.try_shutdown()
 
 
-def _spin_until(executor: Any, deadline: float) -> None:
+def _spin_until(executor: Any, deadline: float, done: Callable[[], bool] | None = None) -> bool:
+    """Spin until ``deadline`` (or until ``done()``, checked every 50 ms); returns whether done."""
     while (left := deadline - time.monotonic()) > 0:
-        executor.spin_once(timeout_sec=left)
+        if done is not None and done():
+            return True
+        executor.spin_once(timeout_sec=min(left, 0.05) if done is not None else left)
+    return done is not None and done()
 
 
 def _spin_for(executor: Any, seconds: float) -> None:
