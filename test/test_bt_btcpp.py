@@ -204,3 +204,13 @@ def test_groot2_publisher_starts_with_the_cli_runner(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"publishing to Groot2 on port {port}" in out.stdout and "tree: SUCCESS" in out.stdout
     assert "not found within 0.5 s" in out.stdout
+
+
+def test_a_tree_saved_by_groot2_with_the_model_inside_loads():
+    model = MODEL.read_text()
+    inner = model[model.index("<TreeNodesModel>"):model.index("</TreeNodesModel>") + len("</TreeNodesModel>")]
+    xml = ('<root BTCPP_format="4" main_tree_to_execute="T"><BehaviorTree ID="T"><Snapshot capsule="a"/>'
+           f"</BehaviorTree>{inner}</root>")
+    client = FakeClient()
+    assert FlashRTTrees(client).load(xml).tick_once() == bt.NodeStatus.RUNNING
+    assert client.sent[0][0] == "snapshot"

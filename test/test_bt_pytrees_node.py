@@ -7,7 +7,7 @@ import py_trees
 import pytest
 from py_trees.common import Status
 
-from bt_harness import policy_env, policy_node, wait_until  # noqa: F401 - fixtures
+from bt_harness import policy_env, policy_node  # noqa: F401 - fixtures
 from flashrt_ros.bt import Reset, RunPolicy, Snapshot, SwitchSession
 from node_fixtures import ros_node  # noqa: F401 - fixture
 
