@@ -247,3 +247,27 @@ def test_status_conditions_follow_the_node(env):
     becomes("<IsPolicyPaused/>", bt.NodeStatus.SUCCESS)
     becomes("<ResumePolicy/>", bt.NodeStatus.SUCCESS)
     becomes("<IsPolicyPaused/>", bt.NodeStatus.FAILURE)
+
+
+def test_ctrl_c_on_flashrt_bt_run_halts_the_tree_and_cancels_the_goal(policy_node, env, tmp_path):
+    import os
+    import signal
+
+    from rosproc import start_python, stop
+    client, actions = env
+    log = tmp_path / "bt_run.log"
+    since = len(actions.snapshot())
+    proc = start_python(["-m", "flashrt_ros.cli", "--node", f"{policy_node.namespace}/flashrt", "bt", "run",
+                         "interrupt_pause_resume.xml", "-b", "mission_steps:=100000", "-b", "interrupt:=false"],
+                        log)
+    try:
+        wait_until(lambda: len(actions.snapshot()) >= since + 3, 90, "the tree's goal to drive the policy")
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(60) == 130, log.read_text()
+    finally:
+        stop(proc)
+    text = log.read_text()
+    assert "mission: halted (goal cancelled at the next boundary)" in text and "interrupted: tree halted" in text
+    # the cancelled goal is over: the node accepts the next one (it rejects a second goal while one runs)
+    r = Runner(client, '<root BTCPP_format="4"><BehaviorTree ID="N"><RunPolicy max_steps="2"/></BehaviorTree></root>')
+    assert r.tick_until() == bt.NodeStatus.SUCCESS, r.events
