@@ -56,7 +56,7 @@ class ActionLog:
         self.actions: list[list[float]] = []
         self._lock = threading.Lock()
         self._sub = ros_node.create_subscription(Float32MultiArray, f"{node.namespace}/flashrt/action",
-                                                 self._on_action, 100)
+                                                 self._on_action, 1000)
 
     def _on_action(self, msg: Any) -> None:
         with self._lock:

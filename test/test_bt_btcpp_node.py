@@ -16,7 +16,7 @@ from node_fixtures import active_node, ros_node  # noqa: E402,F401 - fixture
 from rosproc import REPO, ros_env  # noqa: E402
 
 NODE_NAME = "btcpp"
-MISSION = 30
+MISSION = 150         # 3 s at the default 50 Hz: an interrupt raised after 8-10 steps lands mid-mission
 
 
 @pytest.fixture(scope="module")
