@@ -214,3 +214,15 @@ def test_a_tree_saved_by_groot2_with_the_model_inside_loads():
     client = FakeClient()
     assert FlashRTTrees(client).load(xml).tick_once() == bt.NodeStatus.RUNNING
     assert client.sent[0][0] == "snapshot"
+
+
+def test_a_client_error_fails_the_node_with_internal_instead_of_throwing():
+    client = FakeClient()
+
+    def broken(verb, **fields):
+        raise RuntimeError("rclpy refused the request")
+    client.call_async = broken
+    t = FlashRTTrees(client).load(tree('<Snapshot capsule="a" error_code="{code}" error_message="{why}"/>'))
+    assert t.tick_once() == bt.NodeStatus.FAILURE
+    bb = t.root_blackboard()
+    assert bb.get_int("code") == int(ErrorCode.INTERNAL) and "rclpy refused" in bb.get_string("why")

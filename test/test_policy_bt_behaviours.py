@@ -344,3 +344,15 @@ def test_run_policy_resume_after_halt_runs_only_the_steps_left():
         success=True, error_code=0, message="cancelled", steps=5, rolled_back=True), status=5))
     run.tick_once()
     assert client.goals[2].fields["max_steps"] == 32, "a rolled-back goal kept none of its steps"
+
+
+def test_a_request_rclpy_refuses_is_a_failure_not_an_exception():
+    client = FakeClient()
+    b = Rollback("rollback", client, -1)
+
+    def refuse(verb, **fields):      # what a generated message's field check raises when it is on
+        raise AssertionError("The 'steps' field must be an unsigned integer in [0, 4294967295]")
+    client.call_async = refuse
+    b.tick_once()
+    assert b.status is Status.FAILURE and b.error_code == int(ErrorCode.INVALID_ARGUMENT)
+    assert "steps" in b.feedback_message

@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from flashrt_ros.bt.nodes import BY_ID, NODES, NodeDef, Port, all_ports, condition_holds
 from flashrt_ros.bt.requests import Progress, StepBudget
+from flashrt_ros.runtime.errors import ErrorCode
 
 log = logging.getLogger("flashrt_ros.bt")
 
@@ -214,7 +215,9 @@ class FlashRTTrees:
             values["budget"] = self._budgets.setdefault(tree_node.name(), StepBudget())
             request = node.start(self.client, values)
         except (ValueError, TypeError) as exc:
-            return self._finish(node, tree_node, 10, f"{node.id}: {exc}")    # INVALID_ARGUMENT
+            return self._finish(node, tree_node, ErrorCode.INVALID_ARGUMENT, f"{node.id}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a node fails with a code, it never throws into BT.CPP
+            return self._finish(node, tree_node, ErrorCode.INTERNAL, f"{node.id}: {type(exc).__name__}: {exc}")
         self._active[tree_node.uid()] = request
         self._event(tree_node.name(), "started", node.id)
         return self._on_running(node, tree_node)
@@ -222,8 +225,12 @@ class FlashRTTrees:
     def _on_running(self, node: NodeDef, tree_node: Any) -> Any:
         request = self._active.get(tree_node.uid())
         if request is None:                      # not started by us (should not happen): fail loudly
-            return self._finish(node, tree_node, 99, f"{node.id}: no request in flight")
-        progress = request.poll()
+            return self._finish(node, tree_node, ErrorCode.INTERNAL, f"{node.id}: no request in flight")
+        try:
+            progress = request.poll()
+        except Exception as exc:  # noqa: BLE001 - e.g. rclpy refusing a request; never into BT.CPP
+            del self._active[tree_node.uid()]
+            return self._finish(node, tree_node, ErrorCode.INTERNAL, f"{node.id}: {type(exc).__name__}: {exc}")
         if progress is Progress.RUNNING:
             return self._status.RUNNING
         del self._active[tree_node.uid()]

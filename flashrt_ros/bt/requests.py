@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 from flashrt_ros.runtime.errors import ErrorCode
 
+#: what rclpy and the client raise for a field of the wrong type or range (a tree's bad port value)
+_BAD_FIELD = (ValueError, TypeError, AssertionError)
 DEFAULT_TIMEOUT_S = 2.0     # capsule services answer in milliseconds; a second is already generous
 SETTLE_TIMEOUT_S = 30.0     # a halted goal that has not reported by then is given up on
 
@@ -97,7 +99,11 @@ class ServiceRequest:
                 why = ("a halted goal did not report its result" if not settled
                        else "service not available")
                 return self._fail(ErrorCode.TIMEOUT, f"{self.verb}: {why} within {self.timeout_s:g} s")
-            self.future = self.client.call_async(self.verb, **self.fields)
+            try:
+                self.future = self.client.call_async(self.verb, **self.fields)
+            except Exception as exc:  # noqa: BLE001 - e.g. a field rclpy refuses: a FAILURE, never a raise
+                return self._fail(ErrorCode.INVALID_ARGUMENT if isinstance(exc, _BAD_FIELD)
+                                  else ErrorCode.INTERNAL, f"{self.verb}: {type(exc).__name__}: {exc}")
         if self.future.cancelled():          # an rclpy future that was cancelled never becomes done
             return self._fail(ErrorCode.CANCELLED, f"{self.verb}: request cancelled")
         if self.future.done():
@@ -195,7 +201,11 @@ class GoalRequest:
             if self.fields is None:
                 self.error_code, self.message = 0, f"{self.action}: nothing left to run"
                 return Progress.SUCCESS
-            self.goal_future = _action_calls(self.client, self.action, self.fields, self._on_feedback)[1]()
+            try:
+                self.goal_future = _action_calls(self.client, self.action, self.fields, self._on_feedback)[1]()
+            except Exception as exc:  # noqa: BLE001 - e.g. a goal field rclpy refuses
+                return self._fail(ErrorCode.INVALID_ARGUMENT if isinstance(exc, _BAD_FIELD)
+                                  else ErrorCode.INTERNAL, f"{self.action}: {type(exc).__name__}: {exc}")
         if self.handle is None:
             if not self.goal_future.done():
                 if waited < self.answer_timeout_s:
