@@ -7,7 +7,7 @@ import pytest
 from py_trees.common import Status
 from rclpy.task import Future
 
-from flashrt_ros.bt import (Fork, Generate, PausePolicy, PolicyPaused, Reset, Restore, Rollback, RunPolicy,
+from flashrt_ros.bt import (Drop, Fork, Generate, PausePolicy, PolicyPaused, Reset, Restore, Rollback, RunPolicy,
                             Snapshot, SwitchSession)
 from flashrt_ros.runtime.errors import ErrorCode
 
@@ -265,7 +265,9 @@ def test_reset_and_switch_session_send_their_verbs():
     client = FakeClient()
     Reset("reset", client).tick_once()
     SwitchSession("switch", client, "task_b").tick_once()
-    assert [(verb, fields) for verb, fields, _ in client.sent] == [("reset", {}), ("switch_session", {"session": "task_b"})]
+    Drop("drop", client, "old").tick_once()
+    assert [(verb, fields) for verb, fields, _ in client.sent] == [
+        ("reset", {}), ("switch_session", {"session": "task_b"}), ("drop", {"name": "old"})]
 
 
 def _accepted_run(client, **kwargs):

@@ -107,6 +107,19 @@ class Fork(ServiceBehaviour):
         return dict(self.fields)
 
 
+class Drop(ServiceBehaviour):
+    """Delete capsule ``capsule`` from every tier, disk files included."""
+
+    verb = "drop"
+
+    def __init__(self, name: str, client: Any, capsule: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(name, client, timeout_s=timeout_s)
+        self.capsule = capsule
+
+    def request_fields(self) -> dict[str, Any]:
+        return {"name": self.capsule}
+
+
 class Rollback(ServiceBehaviour):
     """Undo the last ``steps`` committed boundaries."""
 
