@@ -143,7 +143,8 @@ NODES: tuple[NodeDef, ...] = (
             start=_goal("run_policy", lambda v: run_policy_fields(
                 v["max_steps"], v["max_duration_s"], v["session"], v["rollback_on_cancel"],
                 v["budget"] if v["resume_after_halt"] else None)),
-            outputs=lambda r: {"steps": int(r.steps), "stop_reason": r.stop_reason, "rolled_back": bool(r.rolled_back)}),
+            outputs=lambda r: {"steps": int(r.steps), "stop_reason": r.stop_reason,
+                               "rolled_back": bool(r.rolled_back)}),
     NodeDef("Generate", "Action", "Generate text (LLM engine); halt cancels it at the next token boundary.", (
         Port("prompt", str, "", "text to append (empty: continue the live context)"),
         Port("use_chat_template", bool, False, "wrap the prompt as a user turn"),
