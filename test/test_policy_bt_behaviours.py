@@ -358,3 +358,15 @@ def test_a_request_rclpy_refuses_is_a_failure_not_an_exception():
     b.tick_once()
     assert b.status is Status.FAILURE and b.error_code == int(ErrorCode.INVALID_ARGUMENT)
     assert "steps" in b.feedback_message
+
+
+def test_run_policy_resume_budget_ignores_a_reset_after_success():
+    client = FakeClient()
+    run, first = _accepted_run(client, max_steps=10, resume_after_halt=True)
+    first.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="10 steps", steps=10, rolled_back=False), status=4))
+    run.tick_once()
+    assert run.status is Status.SUCCESS
+    run.stop(Status.INVALID)            # what a parent does when it restarts
+    run.tick_once()
+    assert client.goals[1].fields["max_steps"] == 10, "a finished mission starts over in full"

@@ -245,7 +245,10 @@ class RunPolicy(GoalBehaviour):
         return status
 
     def terminate(self, new_status: Status) -> None:
-        if new_status is Status.INVALID and self.budget is not None and self.request is not None:
+        # self.status is still the old one here: only a running goal is halted (a finished
+        # behaviour is also stopped with INVALID when its parent resets it).
+        if (new_status is Status.INVALID and self.status is Status.RUNNING and self.budget is not None
+                and self.request is not None):
             self.budget.halted(self.request)
         super().terminate(new_status)
 
