@@ -10,7 +10,7 @@ from flashrt_ros.runtime.errors import ErrorCode
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICES = ["Snapshot", "Restore", "Fork", "Rollback", "Drop", "ListCapsules", "Save", "Load",
-            "Verify", "Pin", "Unpin", "CloseSession"]
+            "Verify", "Pin", "Unpin", "CloseSession", "SwitchSession"]
 
 
 def test_every_interface_imports_next_to_the_library():
