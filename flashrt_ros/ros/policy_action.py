@@ -96,7 +96,7 @@ class PolicyActionServer:
             if goal.max_steps == 0 and goal.max_duration_s <= 0:
                 raise InvalidArgument("set max_steps or max_duration_s (a goal must end by itself)")
             tier = self._node.get_parameter("default_tier").value
-            take_capsule = bool(self._node.get_parameter("rollback_on_cancel").value)
+            take_capsule = bool(goal.rollback_on_cancel or self._node.get_parameter("rollback_on_cancel").value)
             # goal.session made live and the start capsule taken at one boundary: if the capsule
             # is refused (no room), the switch is undone and nothing changed
             capsule = engine.capsules.enter_session(
