@@ -107,6 +107,44 @@ def test_resume_after_halt_sends_only_the_steps_left():
     assert client.goals[1].fields["max_steps"] == 32
 
 
+@pytest.fixture
+def clock(monkeypatch):
+    """The request core's monotonic clock, advanced by the test (no sleeping)."""
+    from flashrt_ros.bt import requests
+    fake = SimpleNamespace(now=1000.0)
+    fake.monotonic = lambda: fake.now
+    monkeypatch.setattr(requests, "time", fake)
+    return fake
+
+
+def test_btcpp_nodes_resend_a_safe_request_after_a_lost_reply_and_never_an_unsafe_one(clock):
+    """The lost-reply rules live in the shared request core: BT.CPP nodes get them too."""
+    client = FakeClient()
+    t = FlashRTTrees(client).load(tree('<Sequence><Restore capsule="c"/><Rollback steps="2"/></Sequence>'))
+    assert t.tick_once() == bt.NodeStatus.RUNNING
+    clock.now += 2.0                          # the restore's reply is lost
+    assert t.tick_once() == bt.NodeStatus.RUNNING and [v for v, _, _ in client.sent] == ["restore", "restore"]
+    client.sent[1][2].set_result(SimpleNamespace(**vars(ok("restored")), capsule=SimpleNamespace(position=3)))
+    assert t.tick_once() == bt.NodeStatus.RUNNING and client.sent[0][2].cancelled()
+    assert client.sent[2][0] == "rollback"
+    clock.now += 2.0                          # the rollback's reply is lost: never re-sent
+    assert t.tick_once() == bt.NodeStatus.RUNNING and len(client.sent) == 3
+    clock.now += 15.0
+    assert t.tick_once() == bt.NodeStatus.FAILURE
+    message = t.root_blackboard().get_string("error_message")
+    assert "TIMEOUT" in message and "not re-sent" in message
+
+
+def test_btcpp_goal_whose_acceptance_is_lost_is_cancelled_by_its_id(clock):
+    client = FakeClient()
+    t = FlashRTTrees(client).load(tree('<RunPolicy max_steps="10" answer_timeout_s="5"/>'))
+    assert t.tick_once() == bt.NodeStatus.RUNNING
+    clock.now += 6.0                          # the goal response was lost
+    assert t.tick_once() == bt.NodeStatus.FAILURE
+    assert len(client.goals) == 1 and client.cancelled_ids == ["goal0"] and client.cancelled_actions == ["run_policy"]
+    assert "TIMEOUT" in t.root_blackboard().get_string("error_message")
+
+
 def test_blackboard_values_from_the_command_line():
     assert [blackboard_value(v) for v in ("true", "False", "3", "2.5", "pre")] == [True, False, 3, 2.5, "pre"]
 
