@@ -1,8 +1,9 @@
 """py_trees behaviours for a flashrt node: every capsule verb, RunPolicy, Generate, a pause guard.
 
-The rules (never block a tick, check ``success``, halt = cancel at a committed
-boundary) live in ``flashrt_ros.bt.requests``, shared with the BehaviorTree.CPP
-nodes; this module only maps them onto py_trees:
+The rules (never block a tick, check ``success``, a lost reply ends in TIMEOUT
+and is re-sent only where that is safe, halt = cancel at a committed boundary)
+live in ``flashrt_ros.bt.requests``, shared with the BehaviorTree.CPP nodes;
+this module only maps them onto py_trees:
 
 * ``update()`` polls one request; RUNNING until the node answered.
 * FAILURE carries the node's message (with the error code's name) as
