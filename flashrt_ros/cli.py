@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                        ("unpin", "let budgets demote a capsule again")):
         sub.add_parser(verb, help=text).add_argument("name")
     sub.add_parser("close-session", help="forget a parked session and free its state").add_argument("session")
+    sub.add_parser("switch-session", help="park the current session and make SESSION live "
+                                          "(a new name starts empty)").add_argument("session")
     s = sub.add_parser("verify", help="re-hash a capsule (and compare with the live state)")
     s.add_argument("name")
     s.add_argument("--live", action="store_true", help="also compare with the live state")
@@ -108,6 +110,18 @@ def _parser() -> argparse.ArgumentParser:
                                           "true, text, [a, b])")
     setter.add_argument("name")
     setter.add_argument("value")
+    s = sub.add_parser("bt", help="behaviour trees: 'bt run TREE.xml' ticks a BehaviorTree.CPP tree")
+    bt_sub = s.add_subparsers(dest="bt_command", required=True, metavar="BT_COMMAND")
+    s = bt_sub.add_parser("run", help="load a BehaviorTree.CPP v4 XML tree, tick it, print status changes")
+    s.add_argument("tree", help="tree file, or the name of one in the installed library "
+                                "(interrupt_pause_resume.xml, operator_override.xml, ...)")
+    s.add_argument("--rate", type=float, default=20.0, metavar="HZ", help="tick rate (default 20)")
+    s.add_argument("--groot", nargs="?", const=1667, type=int, metavar="PORT",
+                   help="publish the tree to Groot2 (default port 1667)")
+    s.add_argument("-b", "--blackboard", action="append", default=[], metavar="KEY:=VALUE",
+                   help="set a blackboard entry before the first tick (bool, int, float or string)")
+    s.add_argument("--max-seconds", type=float, default=0.0,
+                   help="halt the tree and exit 1 after this long (default: no limit)")
     s = sub.add_parser("demo", help="start a node on SmolLM2 and run the scripted capsule session")
     s.add_argument("--model", default="smollm2")
     s.add_argument("--tokens", type=int, default=24, help="tokens per generation")
@@ -122,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "bt":
+            from flashrt_ros.bt.run import run_tree
+            return run_tree(args.tree, node=args.node, rate_hz=args.rate, groot_port=args.groot,
+                            blackboard=args.blackboard, max_seconds=args.max_seconds, wait_s=args.timeout)
         if args.command == "demo":
             from flashrt_ros.demo import run_demo
             return run_demo(model=args.model, tokens=args.tokens)
@@ -200,8 +218,8 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
         r = call("rollback", steps=args.steps)
     elif c in ("drop", "save", "load", "pin", "unpin"):
         r = call(c, name=args.name)
-    elif c == "close-session":
-        r = call("close_session", session=args.session)
+    elif c in ("close-session", "switch-session"):
+        r = call(c.replace("-", "_"), session=args.session)
     elif c == "verify":
         r = call("verify", name=args.name, against_live=args.live)
     elif c == "list":

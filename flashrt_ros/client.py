@@ -18,10 +18,11 @@ on a loaded machine. So every wait here is bounded and ends in ``TIMEOUT``
 (error code 13), and a request is re-sent only where a repeat cannot do
 anything one late request would not (``retry_safe``): read-only verbs (list,
 verify), idempotent ones (pin, unpin, save, pause, resume) and those that set
-the state to one named value (restore, reset, a snapshot with overwrite).
+the state to one named value (restore, reset, switch_session, a snapshot with
+overwrite).
 Never re-sent: a snapshot without overwrite, fork, load (a repeat of an
 applied one answers ALREADY_EXISTS), drop and close_session (NOT_FOUND),
-rollback (it would go back twice) and a Generate goal (it may have been
+rollback (it would go back twice) and an action goal (it may have been
 accepted: a goal whose acceptance never arrived is cancelled by its id
 instead). A lost result is asked for again once the goal's status says it ended.
 
@@ -47,11 +48,12 @@ from rclpy.task import Future
 from flashrt_ros.action import Generate, RunPolicy
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
-                             Snapshot, Unpin, Verify)
+                             Snapshot, SwitchSession, Unpin, Verify)
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
-_TERMINAL = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
+#: A goal's status once it has ended (its result is then due).
+GOAL_ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
 
 #: verb -> (service type, service name relative to the node's namespace)
 SERVICES: dict[str, tuple[type, str]] = {
@@ -67,6 +69,7 @@ SERVICES: dict[str, tuple[type, str]] = {
     "pin": (Pin, "pin"),
     "unpin": (Unpin, "unpin"),
     "close_session": (CloseSession, "close_session"),
+    "switch_session": (SwitchSession, "switch_session"),
     "pause": (Trigger, "pause"),
     "resume": (Trigger, "resume"),
     "reset": (Trigger, "reset"),
@@ -75,7 +78,7 @@ SERVICES: dict[str, tuple[type, str]] = {
 
 #: Verbs a lost reply may be re-sent for (see the module docstring); ``snapshot`` only with overwrite.
 RETRY_SAFE_VERBS = frozenset({"list", "verify", "pin", "unpin", "save", "pause", "resume", "restore",
-                              "reset"})
+                              "reset", "switch_session"})
 #: How long one attempt waits for its reply before a retry-safe request is sent again (doubling).
 FIRST_ATTEMPT_S = 2.0
 #: After a goal's status says it ended, how long its result may take before it is asked for again.
@@ -132,17 +135,16 @@ class FlashRTClient:
         self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
                          for verb, (srv, name) in SERVICES.items()}
         self._generate = ActionClient(node, Generate, f"{self.namespace}/generate")
+        self._run_policy = ActionClient(node, RunPolicy, f"{self.namespace}/run_policy")
         # Our own subscription to the action's feedback topic: rclpy's ActionClient drops a goal's
         # feedback callback as soon as its result arrives, and feedback travels on another topic,
         # so the last pieces can come after the result (and were silently lost).
         self._feedback_callbacks: dict[bytes, Callable[[Any], None]] = {}
-        self._feedback_sub = node.create_subscription(
-            Generate.Impl.FeedbackMessage, f"{self.namespace}/generate/_action/feedback",
-            self._on_feedback, FEEDBACK_QOS)
-        self._sent_goal_ids: dict[int, Any] = {}     # generate_async future -> goal id, until answered
+        self._feedback_subs = [node.create_subscription(
+            action.Impl.FeedbackMessage, f"{self.namespace}/{name}/_action/feedback",
+            self._on_feedback, FEEDBACK_QOS) for action, name in ((Generate, "generate"), (RunPolicy, "run_policy"))]
+        self._sent_goal_ids: dict[int, Any] = {}     # goal request future -> goal id, until answered
         self._cancel_clients: dict[str, Any] = {}    # action name -> its cancel_goal service client
-        self._run_policy: Any = None              # ActionClient and feedback subscription, on first use
-        self._status_sub: Any = None
         # Spin the node ourselves only if no executor owns it when we first wait.
         self._own_executor: Any = None
         self._decided = False
@@ -238,14 +240,34 @@ class FlashRTClient:
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))
         if feedback is not None:
             self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
-        future = self._generate.send_goal_async(goal, goal_uuid=goal_id)
+        return self._remember_goal_id(self._generate.send_goal_async(goal, goal_uuid=goal_id), goal_id)
+
+    def _remember_goal_id(self, future: Future, goal_id: Any) -> Future:
+        """Keep a sent goal's id until its acceptance arrives (to cancel it by id if that is lost)."""
         self._sent_goal_ids[id(future)] = goal_id
         future.add_done_callback(lambda f: self._sent_goal_ids.pop(id(f), None))
         return future
 
     def sent_goal_id(self, future: Future) -> Any:
-        """The goal id of a ``generate_async`` future still waiting for its acceptance (else None)."""
+        """The goal id of a ``generate_async`` / ``run_policy_async`` future still waiting for its
+        acceptance (else None)."""
         return self._sent_goal_ids.get(id(future))
+
+    def run_policy_ready(self) -> bool:
+        """Whether the run_policy action server is up (non-blocking)."""
+        return bool(self._run_policy.server_is_ready())
+
+    def run_policy_async(self, *, feedback: Callable[[Any], None] | None = None, **fields: Any) -> Future:
+        """Send a RunPolicy goal without waiting (check ``run_policy_ready`` first); resolves to a goal handle."""
+        goal = RunPolicy.Goal()
+        for key, value in fields.items():
+            if not hasattr(goal, key):
+                raise ValueError(f"run_policy: unknown goal field {key!r}")
+            setattr(goal, key, value)
+        goal_id = UUID(uuid=list(uuid.uuid4().bytes))
+        if feedback is not None:
+            self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
+        return self._remember_goal_id(self._run_policy.send_goal_async(goal, goal_uuid=goal_id), goal_id)
 
     def forget_feedback(self, handle: Any) -> None:
         """Stop delivering feedback of a finished goal (its late pieces are then dropped)."""
@@ -332,7 +354,7 @@ class FlashRTClient:
             answered = next((f for f in futures if f.done()), None)
             if answered is not None:
                 return answered.result()
-            if ended_at is None and handle.status in _TERMINAL:
+            if ended_at is None and handle.status in GOAL_ENDED:
                 ended_at = time.monotonic()
             if ended_at is not None and time.monotonic() - ended_at >= RESULT_GRACE_S:
                 futures.append(handle.get_result_async())
@@ -341,9 +363,11 @@ class FlashRTClient:
         return None
 
     def cancel_goal_id(self, goal_id: Any, action: str = "generate") -> Future:
-        """Ask the node to cancel goal ``goal_id`` of ``action`` (a goal whose acceptance never arrived)."""
+        """Ask the node to cancel ``action`` goal ``goal_id`` (a goal whose acceptance never arrived)."""
         from action_msgs.msg import GoalInfo
         from action_msgs.srv import CancelGoal
+        if action not in ("generate", "run_policy"):
+            raise ValueError(f"unknown action {action!r} (generate or run_policy)")
         if action not in self._cancel_clients:
             self._cancel_clients[action] = self.node.create_client(
                 CancelGoal, f"{self.namespace}/{action}/_action/cancel_goal")
@@ -387,16 +411,7 @@ class FlashRTClient:
         ``feedback`` gets each step's feedback once (the node sends one per step; here they
         arrive through our own subscription, so none is lost to the result arriving first).
         """
-        if self._run_policy is None:
-            self._run_policy = (ActionClient(self.node, RunPolicy, f"{self.namespace}/run_policy"),
-                                self.node.create_subscription(
-                                    RunPolicy.Impl.FeedbackMessage,
-                                    f"{self.namespace}/run_policy/_action/feedback",
-                                    self._on_feedback, FEEDBACK_QOS))
-        action = self._run_policy[0]
-        goal = RunPolicy.Goal(max_steps=int(max_steps), max_duration_s=float(max_duration_s),
-                              session=session, rollback_on_cancel=bool(rollback_on_cancel))
-        if not self._wait_until(action.server_is_ready, wait_s):
+        if not self._wait_until(self.run_policy_ready, wait_s):
             raise ServiceCallError(
                 f"action {self.namespace}/run_policy not available after {wait_s:.1f} s "
                 "(is a policy node running, and on the same ROS_DOMAIN_ID?)", TIMEOUT_CODE)
@@ -408,10 +423,9 @@ class FlashRTClient:
                 if feedback is not None:
                     feedback(fb)
 
-        goal_id = UUID(uuid=list(uuid.uuid4().bytes))
-        self._feedback_callbacks[bytes(goal_id.uuid)] = on_feedback
-        sent = action.send_goal_async(goal, goal_uuid=goal_id)
-        self._sent_goal_ids[id(sent)] = goal_id
+        sent = self.run_policy_async(feedback=on_feedback, max_steps=int(max_steps),
+                                     max_duration_s=float(max_duration_s), session=session,
+                                     rollback_on_cancel=bool(rollback_on_cancel))
         handle, wrapped = self._goal_result("run_policy", sent, wait_s, timeout_s)
         if wrapped is None:
             return RunPolicyOutcome(result=None, accepted=False, status=0)

@@ -33,8 +33,12 @@ def ros_node():
 def active_node(tmp_path: Path, name: str, params: dict[str, str] | None = None) -> Iterator[NodeUnderTest]:
     """A flashrt node in a subprocess, active; afterwards it must stop with status 0 and no traceback."""
     n = NodeUnderTest(tmp_path, name, params or {})
-    n.wait_active()
-    yield n
+    try:
+        n.wait_active()
+        yield n
+    except BaseException:
+        n.stop()                 # a failing test must not leave its node answering the next one
+        raise
     assert n.stop() == 0, n.log.read_text()
     assert "Traceback" not in n.log.read_text(), n.log.read_text()
 

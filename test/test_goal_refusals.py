@@ -150,3 +150,31 @@ RUN_POLICY_REFUSALS = [
 def test_a_refused_run_policy_goal_changes_nothing(policy, fields, params, code):
     node, client = policy
     _refused_without_a_trace(node, client, RunPolicy.Goal(**fields), params, code)
+
+
+SWITCH_REFUSALS = [
+    ("empty name", "", None, ErrorCode.INVALID_ARGUMENT),
+    ("bad name", "a/b", None, ErrorCode.INVALID_NAME),
+    ("no room to park, new session", "fresh", "disk", ErrorCode.BUDGET_EXHAUSTED),
+    ("no room to park, parked session", "parked", "disk", ErrorCode.BUDGET_EXHAUSTED),
+]
+
+
+@pytest.mark.parametrize("session,park_tier,code", [c[1:] for c in SWITCH_REFUSALS],
+                         ids=[c[0] for c in SWITCH_REFUSALS])
+def test_a_refused_switch_session_request_changes_nothing(ros, policy, session, park_tier, code):
+    """~/switch_session goes through the same undo-on-refusal switch as the goals."""
+    from flashrt_ros.client import FlashRTClient
+    node, _ = policy
+    engine = node._engine
+    engine.capsules.snapshot("refusal_probe", overwrite=True)
+    before = _state(engine)
+    sessions = engine.capsules.sessions
+    saved_tier, sessions.park_tier = sessions.park_tier, park_tier or sessions.park_tier   # disk: no budget
+    try:
+        client = FlashRTClient(ros.peer, "/refuse_policy/flashrt")     # re-sends it after a lost reply
+        response = client.call("switch_session", session=session, check=False, timeout_s=60.0, wait_s=60.0)
+    finally:
+        sessions.park_tier = saved_tier
+    assert not response.success and response.error_code == code, response.message
+    _assert_unchanged(engine, before)

