@@ -2,7 +2,8 @@
 
 Inputs (parameters, see ``robot_io_params``): any number of ``sensor_msgs/Image``
 topics, one ``sensor_msgs/JointState`` or a ``std_msgs/Float32MultiArray``
-(both feed ``observation.state``). Subscriptions default to the sensor-data
+(both feed ``observation.state``), and a ``std_msgs/Float32MultiArray`` for
+``observation.environment_state`` (e.g. a task's target). Subscriptions default to the sensor-data
 profile (best effort, keep last): they match best-effort cameras and
 default-QoS (reliable) publishers alike. A deadline is requested only when
 ``qos_deadline_factor > 0``; missed deadlines are counted and logged.
@@ -35,7 +36,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from flashrt_ros.models.policy_features import STATE
+from flashrt_ros.models.policy_features import ENV_STATE, STATE
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
 from flashrt_ros.robot_io.images import image_feature
@@ -98,6 +99,9 @@ class PolicyIO:
                 m.name, {"position": m.position, "velocity": m.velocity, "effort": m.effort}))
         elif io.input_state_topic:
             plan[io.input_state_topic] = (Float32MultiArray, STATE, lambda m: state_from_array(m.data))
+        if io.input_environment_state_topic:
+            plan[io.input_environment_state_topic] = (Float32MultiArray, ENV_STATE,
+                                                      lambda m: state_from_array(m.data))
         names = list(io.input_image_features) or [
             "observation.images." + t.rstrip("/").rsplit("/", 1)[-1] for t in io.input_image_topics]
         if len(names) != len(io.input_image_topics):

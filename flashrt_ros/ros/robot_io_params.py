@@ -28,6 +28,8 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              "listed joint missing from a message is an error.", True),
     ParamDef("input_joint_fields", ["position"], "JointState fields concatenated into "
              "observation.state, field-major (position, velocity, effort).", True),
+    ParamDef("input_environment_state_topic", "", "std_msgs/Float32MultiArray feeding "
+             "observation.environment_state (e.g. a task target; empty = none).", True),
     ParamDef("input_image_topics", [""], "sensor_msgs/Image topics (rgb8, bgr8, mono8), resized "
              "(aspect kept) and centre-cropped to the policy's image feature.", True),
     ParamDef("input_image_features", [""], "Policy feature per image topic (default "
@@ -74,6 +76,7 @@ class RobotIOConfig:
     input_joint_state_topic: str = ""
     input_joint_names: tuple[str, ...] = ()
     input_joint_fields: tuple[str, ...] = ("position",)
+    input_environment_state_topic: str = ""
     input_image_topics: tuple[str, ...] = ()
     input_image_features: tuple[str, ...] = ()
     qos_reliability: str = "best_effort"
