@@ -24,10 +24,10 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
 
-from flashrt_ros.action import Generate
+from flashrt_ros.action import Generate, RunPolicy
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
-                             Snapshot, Unpin, Verify)
+                             Snapshot, SwitchSession, Unpin, Verify)
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
@@ -45,6 +45,7 @@ SERVICES: dict[str, tuple[type, str]] = {
     "pin": (Pin, "pin"),
     "unpin": (Unpin, "unpin"),
     "close_session": (CloseSession, "close_session"),
+    "switch_session": (SwitchSession, "switch_session"),
     "pause": (Trigger, "pause"),
     "resume": (Trigger, "resume"),
     "reset": (Trigger, "reset"),
@@ -77,6 +78,7 @@ class FlashRTClient:
         self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
                          for verb, (srv, name) in SERVICES.items()}
         self._generate = ActionClient(node, Generate, f"{self.namespace}/generate")
+        self._run_policy = ActionClient(node, RunPolicy, f"{self.namespace}/run_policy")
         # Our own subscription to the action's feedback topic: rclpy's ActionClient drops a goal's
         # feedback callback as soon as its result arrives, and feedback travels on another topic,
         # so the last pieces can come after the result (and were silently lost).
@@ -150,6 +152,20 @@ class FlashRTClient:
         if feedback is not None:
             self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
         return self._generate.send_goal_async(goal, goal_uuid=goal_id)
+
+    def run_policy_ready(self) -> bool:
+        """Whether the run_policy action server is up (non-blocking)."""
+        return bool(self._run_policy.server_is_ready())
+
+    def run_policy_async(self, *, feedback: Callable[[Any], None] | None = None, **fields: Any) -> Future:
+        """Send a RunPolicy goal without waiting (check ``run_policy_ready`` first); resolves to a goal handle."""
+        goal = RunPolicy.Goal()
+        for key, value in fields.items():
+            if not hasattr(goal, key):
+                raise ValueError(f"run_policy: unknown goal field {key!r}")
+            setattr(goal, key, value)
+        return self._run_policy.send_goal_async(goal, feedback_callback=(
+            None if feedback is None else lambda msg: feedback(msg.feedback)))
 
     def forget_feedback(self, handle: Any) -> None:
         """Stop delivering feedback of a finished goal (its late pieces are then dropped)."""

@@ -7,7 +7,8 @@ import pytest
 from py_trees.common import Status
 from rclpy.task import Future
 
-from flashrt_ros.bt import Fork, Generate, PausePolicy, PolicyPaused, Restore, Rollback, Snapshot
+from flashrt_ros.bt import (Fork, Generate, PausePolicy, PolicyPaused, Reset, Restore, Rollback, RunPolicy,
+                            Snapshot, SwitchSession)
 from flashrt_ros.runtime.errors import ErrorCode
 
 
@@ -30,6 +31,12 @@ class FakeClient:
 
     def generate_ready(self):
         return self.ready
+
+    def run_policy_ready(self):
+        return self.ready
+
+    def run_policy_async(self, *, feedback=None, **fields):
+        return self.generate_async("", feedback=feedback, **fields)
 
     def generate_async(self, prompt, *, feedback=None, **fields):
         goal = SimpleNamespace(prompt=prompt, fields=fields, feedback=feedback, future=Future(),
@@ -252,3 +259,70 @@ def test_generate_cancels_its_goal_on_timeout_or_interruption(how):
     else:
         g.stop(Status.INVALID)
     assert goal.cancelled
+
+
+def test_reset_and_switch_session_send_their_verbs():
+    client = FakeClient()
+    Reset("reset", client).tick_once()
+    SwitchSession("switch", client, "task_b").tick_once()
+    assert [(verb, fields) for verb, fields, _ in client.sent] == [("reset", {}), ("switch_session", {"session": "task_b"})]
+
+
+def _accepted_run(client, **kwargs):
+    run = RunPolicy("run", client, **kwargs)
+    run.tick_once()
+    goal = client.goals[-1]
+    goal.future.set_result(goal.handle)
+    run.tick_once()
+    return run, goal
+
+
+def test_run_policy_sends_its_goal_fields_and_follows_feedback():
+    client = FakeClient()
+    run, goal = _accepted_run(client, max_steps=7, rollback_on_cancel=True)
+    assert goal.fields == dict(max_steps=7, max_duration_s=0.0, session="", rollback_on_cancel=True)
+    goal.feedback(SimpleNamespace(steps=4, last_action=[0.5]))
+    run.tick_once()
+    assert run.status is Status.RUNNING and run.steps == 4 and "4 steps" in run.feedback_message
+    goal.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="7 steps, stop: max_steps", steps=7), status=4))
+    run.tick_once()
+    assert run.status is Status.SUCCESS and run.result.steps == 7
+
+
+def test_run_policy_failure_carries_the_error_code():
+    client = FakeClient()
+    run, goal = _accepted_run(client)
+    goal.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=False, error_code=int(ErrorCode.INVALID_ARGUMENT), message="set max_steps or max_duration_s"),
+        status=6))
+    run.tick_once()
+    assert run.status is Status.FAILURE and run.error_code == int(ErrorCode.INVALID_ARGUMENT)
+    assert "INVALID_ARGUMENT" in run.feedback_message
+
+
+def test_after_a_halt_the_next_request_waits_until_the_cancelled_goal_reported():
+    client = FakeClient()
+    run, goal = _accepted_run(client, max_steps=100)
+    run.stop(Status.INVALID)
+    assert goal.cancelled, "halt cancels the goal"
+    snap = Snapshot("after halt", client, "cap")
+    for _ in range(3):
+        snap.tick_once()
+    assert snap.status is Status.RUNNING and client.sent == [], "nothing is sent before the goal stopped"
+    goal.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="cancelled", steps=3), status=5))
+    snap.tick_once()
+    assert [verb for verb, _, _ in client.sent] == ["snapshot"]
+
+
+def test_halt_before_acceptance_cancels_once_the_goal_is_accepted():
+    client = FakeClient()
+    run = RunPolicy("run", client, max_steps=100)
+    run.tick_once()
+    goal = client.goals[-1]
+    run.stop(Status.INVALID)
+    assert not goal.cancelled
+    goal.future.set_result(goal.handle)
+    Snapshot("next", client, "cap").tick_once()     # polling the next request settles the halted goal
+    assert goal.cancelled and client.sent == []

@@ -1,17 +1,16 @@
-"""py_trees behaviours for a flashrt node: capsule verbs, generation, a pause guard.
+"""py_trees behaviours for a flashrt node: every capsule verb, RunPolicy, Generate, a pause guard.
 
-Why these rules:
-* **Never block the tick.** A tree ticks at control rate; a behaviour that
-  waits on a service stalls every other branch. So each behaviour sends its
-  request on the first tick and only polls the rclpy future on later ticks.
-* **Check ``success`` yourself.** A service that answered is not a service that
-  succeeded (py_trees_ros reports SUCCESS for any response). ``success=false``
-  becomes FAILURE with the node's message (and error code) as
-  ``feedback_message``; so do an absent server and a timeout.
-* **Interruption is cheap and explicit.** When a higher-priority branch
-  interrupts a behaviour, its pending service future is abandoned (a request
-  already delivered may still be applied: services cannot be recalled) and a
-  running generation goal is cancelled.
+The rules (never block a tick, check ``success``, halt = cancel at a committed
+boundary) live in ``flashrt_ros.bt.requests``, shared with the BehaviorTree.CPP
+nodes; this module only maps them onto py_trees:
+
+* ``update()`` polls one request; RUNNING until the node answered.
+* FAILURE carries the node's message (with the error code's name) as
+  ``feedback_message`` and the code itself as ``error_code``.
+* An interrupted behaviour (``terminate(INVALID)``: a higher-priority branch
+  took over) halts its request: a pending service response is abandoned, a
+  goal is cancelled at the node's next committed boundary (rolled back with
+  ``rollback_on_cancel``), and the client's next request waits for that.
 
 The futures complete only if someone spins the client's node: run the tree
 next to an executor (a spin thread, or ``executor.spin_once(timeout_sec=0)``
@@ -19,90 +18,15 @@ between ticks) as ``examples/`` shows.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Iterator
 
 import py_trees
 from py_trees.common import Status
 
-from flashrt_ros.runtime.errors import ErrorCode
+from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest, check_status,
+                                     status_watch)
 
-DEFAULT_TIMEOUT_S = 2.0   # capsule services answer in milliseconds; a second is already generous
-
-
-def _describe_failure(verb: str, response: Any) -> str:
-    code = getattr(response, "error_code", None)
-    try:
-        tag = f" ({ErrorCode(code).name})" if code else ""
-    except ValueError:
-        tag = f" (error {code})"
-    return f"{verb} failed{tag}: {response.message}"
-
-
-class ServiceCall:
-    """One service request in flight: sent by the first ``poll()``, never waited on."""
-
-    def __init__(self, client: Any, verb: str, fields: dict[str, Any], timeout_s: float) -> None:
-        self.client, self.verb, self.fields, self.timeout_s = client, verb, fields, timeout_s
-        self.future: Any = None
-        self.deadline: float | None = None
-        self.response: Any = None
-        self.message = ""
-
-    def poll(self) -> Status:
-        """RUNNING while pending; SUCCESS/FAILURE once answered, refused or timed out."""
-        now = time.monotonic()
-        if self.deadline is None:
-            self.deadline = now + self.timeout_s
-        if self.future is None:
-            if not self.client.wait_for(self.verb, 0.0):      # timeout 0: a readiness check, no sleep
-                if now < self.deadline:
-                    return Status.RUNNING
-                self.message = f"{self.verb}: service not available within {self.timeout_s:g} s"
-                return Status.FAILURE
-            self.future = self.client.call_async(self.verb, **self.fields)
-        if self.future.cancelled():          # an rclpy future that was cancelled never becomes done
-            self.message = f"{self.verb}: request cancelled"
-            return Status.FAILURE
-        if self.future.done():
-            return self._outcome()
-        if now >= self.deadline:
-            self.abandon()
-            self.message = f"{self.verb}: no response within {self.timeout_s:g} s (error TIMEOUT)"
-            return Status.FAILURE
-        return Status.RUNNING
-
-    def abandon(self) -> None:
-        """Stop waiting for the response (the server may still apply the request)."""
-        if self.future is not None and not self.future.done():
-            self.future.cancel()
-            _forget_pending(self.client, self.verb, self.future)
-
-    @property
-    def pending(self) -> bool:
-        return self.future is not None and not self.future.done() and not self.future.cancelled()
-
-    def _outcome(self) -> Status:
-        exc = self.future.exception()
-        if exc is not None:
-            self.message = f"{self.verb}: {type(exc).__name__}: {exc}"
-            return Status.FAILURE
-        self.response = self.future.result()
-        if self.response is None:
-            self.message = f"{self.verb}: empty response"
-            return Status.FAILURE
-        if not self.response.success:
-            self.message = _describe_failure(self.verb, self.response)
-            return Status.FAILURE
-        self.message = self.response.message
-        return Status.SUCCESS
-
-
-def _forget_pending(client: Any, verb: str, future: Any) -> None:
-    """Drop an abandoned request from the rclpy client's pending table (else it leaks)."""
-    forget = getattr(client, "forget", None)      # test doubles may not have it
-    if forget is not None:
-        forget(verb, future)
+_STATUS = {Progress.RUNNING: Status.RUNNING, Progress.SUCCESS: Status.SUCCESS, Progress.FAILURE: Status.FAILURE}
 
 
 class ServiceBehaviour(py_trees.behaviour.Behaviour):
@@ -113,30 +37,31 @@ class ServiceBehaviour(py_trees.behaviour.Behaviour):
     def __init__(self, name: str, client: Any, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         super().__init__(name)
         self.client, self.timeout_s = client, timeout_s
-        self.call: ServiceCall | None = None
+        self.request: ServiceRequest | None = None
         self.response: Any = None
+        self.error_code = 0
 
     def request_fields(self) -> dict[str, Any]:
         """The request's fields, read when the request is sent (override to read a blackboard)."""
         return {}
 
     def initialise(self) -> None:
-        self.call, self.response = None, None
+        self.request, self.response, self.error_code = None, None, 0
 
     def update(self) -> Status:
-        if self.call is None:
-            self.call = ServiceCall(self.client, self.verb, self.request_fields(), self.timeout_s)
-        status = self.call.poll()
-        if status is Status.RUNNING:
+        if self.request is None:
+            self.request = ServiceRequest(self.client, self.verb, self.request_fields(), self.timeout_s)
+        progress = self.request.poll()
+        if progress is Progress.RUNNING:
             self.feedback_message = f"waiting for {self.verb}"
         else:
-            self.response = self.call.response
-            self.feedback_message = self.call.message
-        return status
+            self.response, self.error_code = self.request.response, self.request.error_code
+            self.feedback_message = self.request.message
+        return _STATUS[progress]
 
     def terminate(self, new_status: Status) -> None:
-        if new_status is Status.INVALID and self.call is not None and self.call.pending:
-            self.call.abandon()
+        if new_status is Status.INVALID and self.request is not None and self.request.pending:
+            self.request.halt()
             self.feedback_message = f"{self.verb}: interrupted, response abandoned"
 
 
@@ -207,80 +132,160 @@ class ResumePolicy(ServiceBehaviour):
     verb = "resume"
 
 
-class Generate(py_trees.behaviour.Behaviour):
-    """Run one generation goal; SUCCESS with ``self.result`` when ``result.success``.
+class Reset(ServiceBehaviour):
+    """Empty the current session's state (a new episode / conversation); capsules stay."""
 
-    Sends the goal on the first tick (once the action server is ready), then
-    polls the goal and result futures. FAILURE on rejection, ``success=false``,
-    an absent server or ``timeout_s``; on timeout or interruption the goal is
-    cancelled. Feedback pieces are appended to ``self.pieces``.
-    """
+    verb = "reset"
 
-    def __init__(self, name: str, client: Any, prompt: str, *, timeout_s: float = 60.0,
-                 **goal_fields: Any) -> None:
+
+class SwitchSession(ServiceBehaviour):
+    """Park the current session and make ``session`` live (a new name starts empty)."""
+
+    verb = "switch_session"
+
+    def __init__(self, name: str, client: Any, session: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(name, client, timeout_s=timeout_s)
+        self.session = session
+
+    def request_fields(self) -> dict[str, Any]:
+        return {"session": self.session}
+
+
+class GoalBehaviour(py_trees.behaviour.Behaviour):
+    """Base: run one ``action`` goal with ``goal_fields()``; the result is kept in ``self.result``."""
+
+    action: str = ""
+
+    def __init__(self, name: str, client: Any, *, timeout_s: float = 0.0,
+                 answer_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         super().__init__(name)
-        self.client, self.prompt, self.timeout_s, self.goal_fields = client, prompt, timeout_s, goal_fields
-        self._reset()
-
-    def _reset(self) -> None:
-        self.goal_future: Any = None
-        self.handle: Any = None
-        self.result_future: Any = None
+        self.client, self.timeout_s, self.answer_timeout_s = client, timeout_s, answer_timeout_s
+        self.request: GoalRequest | None = None
         self.result: Any = None
-        self.pieces: list[str] = []
-        self.deadline: float | None = None
+        self.error_code = 0
+
+    def goal_fields(self) -> dict[str, Any]:
+        return {}
+
+    def on_feedback(self, feedback: Any) -> None:
+        """Called from the executor for each feedback message."""
 
     def initialise(self) -> None:
-        self._reset()
+        self.request, self.result, self.error_code = None, None, 0
 
     def update(self) -> Status:
-        now = time.monotonic()
-        if self.deadline is None:
-            self.deadline = now + self.timeout_s
-        if self.goal_future is None:
-            if not _generate_ready(self.client):
-                return self._running_or_timeout(now, "generate: action server not available")
-            self.goal_future = self.client.generate_async(
-                self.prompt, feedback=lambda fb: self.pieces.append(fb.text_piece), **self.goal_fields)
-        if self.handle is None:
-            if not self.goal_future.done():
-                return self._running_or_timeout(now, "generate: goal not answered")
-            self.handle = self.goal_future.result()
-            if self.handle is None or not self.handle.accepted:
-                self.feedback_message = "generate: goal rejected (another generation running, or node inactive)"
-                return Status.FAILURE
-            self.result_future = self.handle.get_result_async()
-        if not self.result_future.done():
-            self.feedback_message = f"generating: {len(self.pieces)} tokens"
-            return self._running_or_timeout(now, "generate: no result")
-        self.result = self.result_future.result().result
-        if not self.result.success:
-            self.feedback_message = _describe_failure("generate", self.result)
-            return Status.FAILURE
-        self.feedback_message = f"generated {len(self.result.token_ids)} tokens ({self.result.stop_reason})"
-        return Status.SUCCESS
+        if self.request is None:
+            self.request = GoalRequest(self.client, self.action, self.goal_fields(), timeout_s=self.timeout_s,
+                                       answer_timeout_s=self.answer_timeout_s, on_feedback=self.on_feedback)
+        progress = self.request.poll()
+        if progress is Progress.RUNNING:
+            self.feedback_message = self.running_message()
+        else:
+            self.result, self.error_code = self.request.result, self.request.error_code
+            self.feedback_message = self.request.message
+        return _STATUS[progress]
 
-    def _running_or_timeout(self, now: float, what: str) -> Status:
-        if now < self.deadline:
-            return Status.RUNNING
-        self._cancel()
-        self.feedback_message = f"{what} within {self.timeout_s:g} s (error TIMEOUT)"
-        return Status.FAILURE
-
-    def _cancel(self) -> None:
-        if self.handle is not None and self.result_future is not None and not self.result_future.done():
-            self.handle.cancel_goal_async()
-        elif self.goal_future is not None and not self.goal_future.done():
-            self.goal_future.cancel()
+    def running_message(self) -> str:
+        return f"{self.action} running"
 
     def terminate(self, new_status: Status) -> None:
-        if new_status is Status.INVALID:
-            self._cancel()
+        if new_status is Status.INVALID and self.request is not None:
+            self.request.halt()
+            if self.request.cancel_sent:
+                self.feedback_message = f"{self.action}: interrupted, goal cancelled at the next boundary"
 
 
-def _generate_ready(client: Any) -> bool:
-    """Non-blocking readiness of the generate action (``generate_async`` itself may wait)."""
-    return bool(client.generate_ready())
+class RunPolicy(GoalBehaviour):
+    """Run the hosted policy for ``max_steps`` steps and/or ``max_duration_s`` seconds (a RunPolicy goal).
+
+    SUCCESS when the goal ends by its limits; FAILURE when it is rejected or
+    aborted (error code and message from the node) or after ``timeout_s`` (0:
+    none). Interrupted, it cancels the goal: the node stops between two policy
+    steps and, with ``rollback_on_cancel``, restores the state the goal started
+    from. ``steps`` / ``last_action`` follow the feedback; ``result`` holds the
+    RunPolicy result (``steps``, ``stop_reason``, ``rolled_back``).
+    """
+
+    action = "run_policy"
+
+    def __init__(self, name: str, client: Any, *, max_steps: int = 0, max_duration_s: float = 0.0,
+                 session: str = "", rollback_on_cancel: bool = False, timeout_s: float = 0.0,
+                 answer_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(name, client, timeout_s=timeout_s, answer_timeout_s=answer_timeout_s)
+        self.fields = dict(max_steps=int(max_steps), max_duration_s=float(max_duration_s), session=session,
+                           rollback_on_cancel=bool(rollback_on_cancel))
+        self.steps = 0
+        self.last_action: list[float] = []
+
+    def goal_fields(self) -> dict[str, Any]:
+        return dict(self.fields)
+
+    def initialise(self) -> None:
+        super().initialise()
+        self.steps, self.last_action = 0, []
+
+    def on_feedback(self, feedback: Any) -> None:
+        self.steps, self.last_action = int(feedback.steps), list(feedback.last_action)
+
+    def running_message(self) -> str:
+        return f"policy running: {self.steps} steps"
+
+
+class Generate(GoalBehaviour):
+    """Run one generation goal; SUCCESS with ``self.result`` when ``result.success``.
+
+    FAILURE on rejection, ``success=false``, an absent server or ``timeout_s``
+    (the goal is then cancelled, as on interruption). Feedback pieces are
+    appended to ``self.pieces``.
+    """
+
+    action = "generate"
+
+    def __init__(self, name: str, client: Any, prompt: str, *, timeout_s: float = 60.0,
+                 answer_timeout_s: float = DEFAULT_TIMEOUT_S, **goal_fields: Any) -> None:
+        super().__init__(name, client, timeout_s=timeout_s, answer_timeout_s=answer_timeout_s)
+        self.prompt, self.extra_fields = prompt, goal_fields
+        self.pieces: list[str] = []
+
+    def goal_fields(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, **self.extra_fields}
+
+    def initialise(self) -> None:
+        super().initialise()
+        self.pieces = []
+
+    def on_feedback(self, feedback: Any) -> None:
+        self.pieces.append(feedback.text_piece)
+
+    def running_message(self) -> str:
+        return f"generating: {len(self.pieces)} tokens"
+
+
+class StatusCondition(py_trees.behaviour.Behaviour):
+    """Base: SUCCESS while ``condition`` holds on the node's latest ``~/status``, else FAILURE (one tick)."""
+
+    condition: str = ""
+
+    def __init__(self, name: str, client: Any) -> None:
+        super().__init__(name)
+        self.client = client
+
+    def update(self) -> Status:
+        holds, why = check_status(status_watch(self.client).latest, self.condition)
+        self.feedback_message = why
+        return Status.SUCCESS if holds else Status.FAILURE
+
+
+class InputsFresh(StatusCondition):
+    """Are the policy's inputs fresh (``~/status`` ``inputs_state``)?"""
+
+    condition = "inputs_fresh"
+
+
+class IsPolicyPaused(StatusCondition):
+    """Is the policy loop paused (active policy node, not busy)?"""
+
+    condition = "policy_paused"
 
 
 class PolicyPaused(py_trees.decorators.Decorator):
@@ -298,20 +303,20 @@ class PolicyPaused(py_trees.decorators.Decorator):
         super().__init__(name=name, child=child)
         self.client, self.timeout_s = client, timeout_s
         self._phase = "pausing"
-        self._pause: ServiceCall | None = None
-        self._resume: ServiceCall | None = None
+        self._pause: ServiceRequest | None = None
+        self._resume: ServiceRequest | None = None
         self._child_status = Status.INVALID
 
     def initialise(self) -> None:
         self._phase, self._child_status = "pausing", Status.INVALID
-        self._pause = ServiceCall(self.client, "pause", {}, self.timeout_s)
+        self._pause = ServiceRequest(self.client, "pause", {}, self.timeout_s)
         self._resume = None
 
     def tick(self) -> Iterator[py_trees.behaviour.Behaviour]:
         if self.status != Status.RUNNING:
             self.initialise()
         if self._phase == "pausing":
-            status = self._pause.poll()
+            status = _STATUS[self._pause.poll()]
             if status is Status.FAILURE:
                 yield from self._finish(Status.FAILURE, self._pause.message)
                 return
@@ -322,9 +327,9 @@ class PolicyPaused(py_trees.decorators.Decorator):
             if self.decorated.status is not Status.RUNNING:
                 self._child_status = self.decorated.status
                 self._phase = "resuming"
-                self._resume = ServiceCall(self.client, "resume", {}, self.timeout_s)
+                self._resume = ServiceRequest(self.client, "resume", {}, self.timeout_s)
         if self._phase == "resuming":
-            status = self._resume.poll()
+            status = _STATUS[self._resume.poll()]
             if status is Status.SUCCESS:
                 yield from self._finish(self._child_status, f"child {self._child_status.value}, policy resumed")
                 return
@@ -349,10 +354,10 @@ class PolicyPaused(py_trees.decorators.Decorator):
             return
         if self._phase in ("pausing", "running"):
             if self._pause is not None:
-                self._pause.abandon()
+                self._pause.halt()
             if self._pause is not None and self._pause.future is not None:
                 self.client.call_async("resume")   # fire and forget: never block the tick
                 self.feedback_message = "interrupted: resume sent"
         elif self._phase == "resuming" and self._resume is not None:
-            self._resume.abandon()
+            self._resume.halt()
 

@@ -13,7 +13,7 @@ Transitions (ros2/demos lifecycle_py style):
 
 Services (always advertised; NOT_ACTIVE unless active), under ~/ (default
 /flashrt/...): snapshot restore fork rollback drop list save load verify pin
-unpin close_session, plus std_srvs/Trigger reset, pause, resume. Each calls the engine's
+unpin close_session switch_session, plus std_srvs/Trigger reset, pause, resume. Each calls the engine's
 capsule surface (``engine.capsules``, runtime/capsule_verbs.py). Those that
 touch the live state are executed at a committed boundary (between two steps),
 then answered; a request that waits longer than ``boundary_timeout_s`` for a
@@ -59,7 +59,7 @@ from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.runtime.disk import capsule_path
 from flashrt_ros.runtime.errors import ErrorCode, FlashRTError, InvalidArgument, NotActive
 from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
-                             Snapshot, Unpin, Verify)
+                             Snapshot, SwitchSession, Unpin, Verify)
 
 
 class FlashRTNode(LifecycleNode):
@@ -211,6 +211,7 @@ class FlashRTNode(LifecycleNode):
             (Save, "save", self._do_save), (Load, "load", self._do_load),
             (Verify, "verify", self._do_verify), (Pin, "pin", self._do_pin),
             (Unpin, "unpin", self._do_unpin), (CloseSession, "close_session", self._do_close_session),
+            (SwitchSession, "switch_session", self._do_switch_session),
             (Trigger, "reset", self._do_reset), (Trigger, "pause", self._do_pause),
             (Trigger, "resume", self._do_resume),
         ]
@@ -332,6 +333,13 @@ class FlashRTNode(LifecycleNode):
         capsules.close_session(req.session)
         resp.message = f"closed session {req.session} (its parked state is freed)"
 
+    def _do_switch_session(self, capsules: Any, req: Any, resp: Any) -> None:
+        if not req.session:
+            raise InvalidArgument("session must name the session to make live")
+        resp.previous_session = capsules.switch_session(req.session, timeout=self._config.boundary_timeout_s)
+        resp.message = (f"session {req.session} is live (parked {resp.previous_session})"
+                        if resp.previous_session != req.session else f"session {req.session} was already live")
+
     def _do_reset(self, capsules: Any, req: Any, resp: Any) -> None:
         capsules.reset()
         resp.message = "engine state reset to empty (capsules kept)"
@@ -396,7 +404,7 @@ class FlashRTNode(LifecycleNode):
                 engine.check_fresh_request(goal.prompt, chat=bool(goal.use_chat_template))
             if goal.session:
                 engine.capsules.switch_session(goal.session, timeout=self._config.boundary_timeout_s)
-            if self.get_parameter("rollback_on_cancel").value:     # after the switch: this session's start
+            if goal.rollback_on_cancel or self.get_parameter("rollback_on_cancel").value:   # this session's start
                 from flashrt_ros.ros.goal_capsule import GoalCapsule
                 capsule = GoalCapsule(engine, self._config.default_tier)
             if goal.reset:

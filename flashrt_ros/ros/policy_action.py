@@ -99,7 +99,8 @@ class PolicyActionServer:
                 engine.capsules.switch_session(goal.session,
                                                timeout=self._node.get_parameter("boundary_timeout_s").value)
             capsule = (GoalCapsule(engine, self._node.get_parameter("default_tier").value)
-                       if self._node.get_parameter("rollback_on_cancel").value else None)
+                       if goal.rollback_on_cancel or self._node.get_parameter("rollback_on_cancel").value
+                       else None)
         except Exception as exc:  # noqa: BLE001 - errors become the result
             return self._fail(goal_handle, result, exc)
         run = GoalRun(int(goal.max_steps), float(goal.max_duration_s))

@@ -1,0 +1,73 @@
+"""Shared set-up of the behaviour-tree tests against a real policy node (CPU, run_mode=goal).
+
+run_mode=goal: the policy steps only while a RunPolicy goal runs, so the state
+between goals stands still and positions can be compared exactly.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from rosproc import NodeUnderTest
+
+POLICY_PARAMS = {"engine_kind": "policy", "policy": "gru", "device": "cpu", "qos_deadline_factor": "0.0",
+                 "run_mode": "goal"}
+
+
+def observation(i: int) -> list[float]:
+    """A deterministic observation stream (indexed by the publisher's count)."""
+    return [0.1 * (i % 7), -0.2, 0.0, 0.05, 0.5, -0.5]
+
+
+class ObservationFeed:
+    """Publishes constant observations at ~100 Hz from a thread, so the policy's inputs stay fresh.
+
+    The policy's actions depend only on its state and the observation, and the
+    observation is constant, so an interrupted and an uninterrupted run see the same inputs.
+    """
+
+    def __init__(self, ros_node: Any, node: NodeUnderTest) -> None:
+        from std_msgs.msg import Float32MultiArray
+        self._msg = Float32MultiArray(data=observation(3))
+        self._pub = ros_node.create_publisher(Float32MultiArray, f"{node.namespace}/flashrt/observation", 10)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            self._pub.publish(self._msg)
+
+    def close(self, ros_node: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        ros_node.destroy_publisher(self._pub)
+
+
+class ActionLog:
+    """Every action the node publishes, in order."""
+
+    def __init__(self, ros_node: Any, node: NodeUnderTest) -> None:
+        from std_msgs.msg import Float32MultiArray
+        self.actions: list[list[float]] = []
+        self._lock = threading.Lock()
+        self._sub = ros_node.create_subscription(Float32MultiArray, f"{node.namespace}/flashrt/action",
+                                                 self._on_action, 100)
+
+    def _on_action(self, msg: Any) -> None:
+        with self._lock:
+            self.actions.append(list(msg.data))
+
+    def snapshot(self) -> list[list[float]]:
+        with self._lock:
+            return list(self.actions)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
+    """Poll ``condition`` until true; generous deadline (the machine may be loaded)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.01)
