@@ -240,8 +240,13 @@ class PolicyIO:
 
     # --- RunPolicy goals ---------------------------------------------------------------
     def start_goal(self, run: Any) -> None:
+        """Attach a goal. Lock-step (``control_trigger: inputs``): inputs that arrived while no
+        goal ran and were never stepped on are stepped on now; otherwise a ``run_mode: goal``
+        loop with a simulator that waits for a command would never start again."""
         with self._lock:
             self.goal = run
+        if self._io.control_trigger == "inputs" and self.inputs.has_new():
+            self._tick()
 
     def end_goal(self, run: Any) -> None:
         """Detach a goal; waits for a step in flight, so the goal ends at a committed boundary."""
