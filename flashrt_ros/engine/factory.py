@@ -80,7 +80,9 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
         from flashrt_ros.engine.policy_engine import PolicyEngine
         from flashrt_ros.models.policies import make_policy
 
-        policy = make_policy(config.policy)
+        # 'auto' keeps policies in float32 (their parity is checked in fp32); an explicit dtype
+        # runs a LeRobot checkpoint's networks in it
+        policy = make_policy(config.policy, torch.float32 if config.dtype == "auto" else dtype)
         engine = PolicyEngine(policy, device=device, directory=str(directory),
                               rollback_depth=config.rollback_depth, default_tier=config.default_tier,
                               cuda_graph=device.type == "cuda", gate_timeout_s=config.boundary_timeout_s,

@@ -7,9 +7,16 @@ back. Here the module tree and parameter names are LeRobot's (its
 ``model.safetensors`` loads strictly); the observation history, the action
 queue and the noise stream (a counter-based RNG seeded per episode) are arena
 buffers, and the whole denoising loop is unrolled with fixed scheduler
-coefficients, so one step (encode, denoise K times, queue bookkeeping) is one
-CUDA graph. The network runs every step; ``torch.where`` keeps the new chunk
-only when the queue is empty.
+coefficients, so a replanning step (encode, denoise K times, refill the queue)
+is one CUDA graph and a pop (history update, queue pop) another; the engine
+chooses between them on the host (``action_queue``).
+
+Speed at batch 1 (the UNet reads ~1 GB of fp32 weights per denoising step): the
+1-D convolutions run as GEMMs over weights stored once in the layout the GEMM
+reads (``GemmConv1d``: no per-call layout transposes), and the FiLM
+conditioning of all K timesteps is computed in one batch per replan. The
+sample and the scheduler arithmetic stay fp32; with bf16 / fp16 weights only
+the networks run in the low precision.
 
 Noise stream: plan number ``p`` of an episode (the ``p``-th time the queue was
 refilled) draws the initial sample with counter ``c = p * (K + 1)`` and the
@@ -29,7 +36,7 @@ from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, f
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
 from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
-from flashrt_ros.models.policies import RNG_SEED, PolicyModule
+from flashrt_ros.models.policies import RNG_SEED, ActionQueue, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -165,12 +172,40 @@ class SinusoidalPosEmb(nn.Module):
         return torch.cat((emb.sin(), emb.cos()), dim=-1)
 
 
+class GemmConv1d(nn.Conv1d):
+    """``nn.Conv1d`` (same parameters and state-dict shape) computed as one GEMM over an im2col copy.
+
+    Why: at batch 1 and a horizon of ~16 a convolution is a weight-bound matrix
+    product; cuDNN re-lays-out NCW activations and weights on every call (the
+    transposes cost as much as the convolutions on an H200). The weight is kept
+    in memory as ``(out, k, in)`` (strides of a ``(out, in, k)`` tensor), so
+    ``weight.permute(0, 2, 1)`` flattens to the GEMM operand without a copy;
+    ``load_state_dict`` and ``.to()`` keep that layout.
+    """
+
+    def __init__(self, cin: int, cout: int, k: int, stride: int = 1, padding: int = 0) -> None:
+        super().__init__(cin, cout, k, stride=stride, padding=padding)
+        self.weight = nn.Parameter(self.weight.data.permute(0, 2, 1).contiguous().permute(0, 2, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        (k,), (stride,), (pad,) = self.kernel_size, self.stride, self.padding
+        w = self.weight.permute(0, 2, 1).reshape(self.out_channels, -1)       # (out, k * in), a view
+        if k == 1 and stride == 1 and pad == 0:
+            cols = x
+        else:
+            cols = F.pad(x, (pad, pad)).unfold(2, k, stride)                  # (B, in, T', k)
+            cols = cols.permute(0, 3, 1, 2).reshape(x.shape[0], k * x.shape[1], -1)
+        if x.shape[0] == 1:
+            return torch.addmm(self.bias.unsqueeze(1), w, cols[0]).unsqueeze(0)
+        return torch.baddbmm(self.bias.view(1, -1, 1), w.expand(x.shape[0], -1, -1), cols)
+
+
 class Conv1dBlock(nn.Module):
     """Conv1d -> GroupNorm -> Mish (``block.0``, ``block.1`` as in LeRobot)."""
 
     def __init__(self, cin: int, cout: int, k: int, n_groups: int = 8) -> None:
         super().__init__()
-        self.block = nn.Sequential(nn.Conv1d(cin, cout, k, padding=k // 2), nn.GroupNorm(n_groups, cout), Mish())
+        self.block = nn.Sequential(GemmConv1d(cin, cout, k, padding=k // 2), nn.GroupNorm(n_groups, cout), Mish())
 
     def forward(self, x: Tensor) -> Tensor:
         return self.block(x)
@@ -185,12 +220,13 @@ class ResidualBlock1d(nn.Module):
         self.conv1 = Conv1dBlock(cin, cout, k, n_groups)
         self.cond_encoder = nn.Sequential(Mish(), nn.Linear(cond_dim, 2 * cout if film_scale else cout))
         self.conv2 = Conv1dBlock(cout, cout, k, n_groups)
-        self.residual_conv = nn.Conv1d(cin, cout, 1) if cin != cout else nn.Identity()
+        self.residual_conv = GemmConv1d(cin, cout, 1) if cin != cout else nn.Identity()
 
-    def forward(self, x: Tensor, cond: Tensor) -> Tensor:
+    def forward(self, x: Tensor, film: Tensor) -> Tensor:
+        """``film``: this block's ``cond_encoder`` output for the step, ``(B, C', 1)`` (``ConditionalUnet1d.films``)."""
         out = self.conv1(x)
-        emb = self.cond_encoder(cond).unsqueeze(-1)
-        out = emb[:, :self.out_channels] * out + emb[:, self.out_channels:] if self.film_scale else out + emb
+        out = torch.addcmul(film[:, self.out_channels:], film[:, :self.out_channels], out) if self.film_scale \
+            else out + film
         return self.conv2(out) + self.residual_conv(x)
 
 
@@ -210,7 +246,7 @@ class ConditionalUnet1d(nn.Module):
             last = i >= len(in_out) - 1
             self.down_modules.append(nn.ModuleList([
                 ResidualBlock1d(cin, cout, **kw), ResidualBlock1d(cout, cout, **kw),
-                nn.Identity() if last else nn.Conv1d(cout, cout, 3, 2, 1)]))
+                nn.Identity() if last else GemmConv1d(cout, cout, 3, 2, 1)]))
         d = c.down_dims[-1]
         self.mid_modules = nn.ModuleList([ResidualBlock1d(d, d, **kw), ResidualBlock1d(d, d, **kw)])
         self.up_modules = nn.ModuleList()
@@ -220,21 +256,43 @@ class ConditionalUnet1d(nn.Module):
                 ResidualBlock1d(2 * cin, cout, **kw), ResidualBlock1d(cout, cout, **kw),
                 nn.Identity() if last else nn.ConvTranspose1d(cout, cout, 4, 2, 1)]))
         self.final_conv = nn.Sequential(Conv1dBlock(c.down_dims[0], c.down_dims[0], c.kernel_size),
-                                        nn.Conv1d(c.down_dims[0], c.action_dim, 1))
+                                        GemmConv1d(c.down_dims[0], c.action_dim, 1))
 
-    def forward(self, x: Tensor, timestep: Tensor, global_cond: Tensor) -> Tensor:
+    def residual_blocks(self) -> list[ResidualBlock1d]:
+        """Every FiLM-conditioned block, in the order ``run`` uses them."""
+        blocks = [b for res1, res2, _ in self.down_modules for b in (res1, res2)] + list(self.mid_modules)
+        return blocks + [b for res1, res2, _ in self.up_modules for b in (res1, res2)]
+
+    def films(self, timesteps: Tensor, global_cond: Tensor) -> list[Tensor]:
+        """Each block's FiLM parameters for every timestep at once: ``(K, C', 1)`` per block.
+
+        Why batched: the conditioning depends only on the timestep and the
+        observation, so one replan computes it for its whole schedule in one
+        GEMM per block instead of K.
+        """
+        dtype = global_cond.dtype
+        step = self.diffusion_step_encoder[1:](self.diffusion_step_encoder[0](timesteps).to(dtype))
+        cond = torch.cat([step, global_cond.expand(timesteps.shape[0], -1)], dim=-1)
+        return [block.cond_encoder(cond).unsqueeze(-1) for block in self.residual_blocks()]
+
+    def run(self, x: Tensor, films: list[Tensor]) -> Tensor:
+        """``(B, T, A)`` -> ``(B, T, A)`` with precomputed FiLM parameters (one ``(B, C', 1)`` per block)."""
         x = x.transpose(1, 2)
-        cond = torch.cat([self.diffusion_step_encoder(timestep), global_cond], dim=-1)
+        film = iter(films)
         skips = []
         for res1, res2, down in self.down_modules:
-            x = res2(res1(x, cond), cond)
+            x = res2(res1(x, next(film)), next(film))
             skips.append(x)
             x = down(x)
         for mid in self.mid_modules:
-            x = mid(x, cond)
+            x = mid(x, next(film))
         for res1, res2, up in self.up_modules:
-            x = up(res2(res1(torch.cat((x, skips.pop()), dim=1), cond), cond))
+            x = up(res2(res1(torch.cat((x, skips.pop()), dim=1), next(film)), next(film)))
         return self.final_conv(x).transpose(1, 2)
+
+    def forward(self, x: Tensor, timestep: Tensor, global_cond: Tensor) -> Tensor:
+        """LeRobot's signature: one timestep ``(B,)`` and ``global_cond (B, G)``."""
+        return self.run(x, self.films(timestep, global_cond))
 
 
 class DiffusionNet(nn.Module):
@@ -339,18 +397,31 @@ class DiffusionPolicy(PolicyModule):
         return normal(seed, counter, c.horizon * c.action_dim).view(c.horizon, c.action_dim)
 
     def denoise(self, global_cond: Tensor, seed: Tensor, plan: Tensor) -> Tensor:
-        """The K-step reverse process from this plan's noise: normalised actions ``(horizon, A)``."""
+        """The K-step reverse process from this plan's noise: normalised actions ``(horizon, A)``, fp32.
+
+        The sample and the scheduler arithmetic are fp32 whatever the weights'
+        dtype; only the UNet runs in it.
+        """
         c = self.cfg
         dtype = global_cond.dtype
-        x = self.noise(seed, plan, 0).to(dtype).unsqueeze(0)
+        unet = self.diffusion.unet
+        films = unet.films(self.timesteps, global_cond)
+        x = self.noise(seed, plan, 0).unsqueeze(0)
         clip = c.clip_sample_range if c.clip_sample else None
         for j, coeffs in enumerate(self.steps):
-            out = self.diffusion.unet(x, self.timesteps[j:j + 1], global_cond)
-            z = self.noise(seed, plan, 1 + j).to(dtype).unsqueeze(0) if coeffs.sigma > 0 else None
+            out = unet.run(x.to(dtype), [f[j:j + 1] for f in films]).float()
+            z = self.noise(seed, plan, 1 + j).unsqueeze(0) if coeffs.sigma > 0 else None
             x = reverse_step(c.noise_scheduler_type, c.prediction_type, coeffs, out, x, z, clip)
         return x[0]
 
-    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> Tensor:
+    def action_queue(self) -> ActionQueue:
+        return ActionQueue(self.LEFT, self.cfg.n_action_steps)
+
+    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
+                         replan: bool | None = None) -> Tensor:
+        """Update the observation history; on a replanning step plan a chunk into the queue; pop it."""
+        if replan is None:
+            raise InvalidArgument("Diffusion Policy: the caller decides replan (see action_queue)")
         c = self.cfg
         dtype = self.diffusion.unet.final_conv[1].weight.dtype
         started = arena[self.STARTED].bool()
@@ -363,17 +434,17 @@ class DiffusionPolicy(PolicyModule):
         for k, x in latest.items():                       # LeRobot fills the history with copies at first
             buf = arena[self.HIST_PREFIX + k]
             buf.copy_(torch.where(started, torch.cat([buf[1:], x.unsqueeze(0)]), x.unsqueeze(0).expand_as(buf)))
-            hist[k] = buf.to(dtype)
+            hist[k] = buf
         arena[self.STARTED].fill_(1)
 
         queue, left, plans = arena[self.QUEUE], arena[self.LEFT], arena[self.PLANS]
-        cond = self.diffusion.global_cond(hist["state"], hist.get("images"), hist.get("env"))
-        chunk = self.denoise(cond, arena[self.RNG_SEED], plans).to(torch.float32)
-        start = c.n_obs_steps - 1
-        empty = left == 0
-        queue.copy_(torch.where(empty, chunk[start:start + c.n_action_steps], queue))
-        plans.add_(empty.to(torch.int64))
-        left.copy_(torch.where(empty, torch.full_like(left, c.n_action_steps), left))
-        action = queue.index_select(0, (c.n_action_steps - left).view(1))[0]
-        left.sub_(1)
-        return self.norm.action(action)
+        if replan:
+            images, env = hist.get("images"), hist.get("env")
+            cond = self.diffusion.global_cond(hist["state"].to(dtype), None if images is None else images.to(dtype),
+                                              None if env is None else env.to(dtype))
+            chunk = self.denoise(cond, arena[self.RNG_SEED], plans)
+            start = c.n_obs_steps - 1
+            queue.copy_(chunk[start:start + c.n_action_steps])
+            plans.add_(1)
+            left.fill_(c.n_action_steps)
+        return self.norm.action(pop_queue(queue, left))
