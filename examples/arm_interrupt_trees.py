@@ -10,7 +10,7 @@ this supervisor, which owns the command mux (policy, hold, operator -> ``/sim/co
 and ticks one tree per episode::
 
     episode (parallel: the first to succeed ends it)
-    ├── task done?                  tip within 2 cm of the target, at rest (the mux watches)
+    ├── task done?                  tip within 3 cm of the target, at rest (the mux watches)
     └── interrupt and resume (sequence)
         ├── policy drives           RunPolicy(max_steps = interrupt step); the mux holds the last command
         ├── undo the held step      Rollback(1): the command was never executed  [not for sim restored]
@@ -47,7 +47,6 @@ import rclpy
 from py_trees.common import ParallelPolicy, Status
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
@@ -58,10 +57,9 @@ from flashrt_ros.benchmarks.arm_interrupts import CELLS, Episode, Interrupt, sum
 from flashrt_ros.bt import Reset, Restore, Rollback, RunPolicy, Snapshot  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402
 from flashrt_ros.sim.arm_task import ReachCriterion, forward_kinematics  # noqa: E402
-from mujoco_interrupt_resume import policy_parameters  # noqa: E402
+from mujoco_interrupt_resume import RELIABLE, policy_parameters  # noqa: E402
 
 os.environ.setdefault("MUJOCO_GL", "egl")
-RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class Mux:
@@ -295,7 +293,7 @@ class Supervisor:
         m = self.mux
         return Episode(seed, m.reached_at is not None, m.reached_at, cell != "uninterrupted" and
                        any(b.status is Status.SUCCESS for b in tree.iterate() if b.name == "snapshot policy"),
-                       m.jump, list(m.actions))
+                       m.jump, actions=list(m.actions))
 
     @staticmethod
     def _wait(condition: Any, what: str, timeout_s: float = 30.0) -> None:

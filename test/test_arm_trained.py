@@ -18,7 +18,7 @@ from flashrt_ros.benchmarks.arm_interrupts import ArmEpisodes  # noqa: E402
 from flashrt_ros.models.lerobot.checkpoint import read_checkpoint  # noqa: E402
 from flashrt_ros.sim.arm_policy import TRAINED  # noqa: E402
 
-TARGET_SEEDS = (0, 1, 2, 3, 4)          # a fixed set of targets (seeds draw start pose and target)
+TARGET_SEEDS = tuple(range(8))          # a fixed set of targets (seeds draw start pose and target)
 
 
 @pytest.fixture(scope="module", params=sorted(TRAINED))

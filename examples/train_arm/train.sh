@@ -26,13 +26,10 @@ fi
 
 COMMON=(--dataset.repo_id=local/arm_reach "--dataset.root=$WORK/arm_reach" --policy.device=cpu
         --policy.push_to_hub=false --wandb.enable=false --seed=0 --num_workers=0 --log_freq=100)
-ACT=(--policy.type=act --steps=6000 --batch_size=32 --save_freq=6000
-     --use_policy_training_preset=false --optimizer.type=adamw --optimizer.lr=1e-3 --optimizer.weight_decay=1e-4
-     --scheduler.type=cosine_decay_with_warmup --scheduler.num_warmup_steps=200 --scheduler.num_decay_steps=6000
-     --scheduler.peak_lr=1e-3 --scheduler.decay_lr=1e-5
+ACT=(--policy.type=act --steps=3000 --batch_size=32 --save_freq=3000
      --policy.dim_model=64 --policy.dim_feedforward=256 --policy.n_heads=4 --policy.n_encoder_layers=2
      --policy.n_decoder_layers=1 --policy.use_vae=false --policy.chunk_size=20 --policy.n_action_steps=10
-     --policy.dropout=0.0
+     --policy.optimizer_lr=1e-3 --policy.dropout=0.0
      '--policy.normalization_mapping={"VISUAL":"MEAN_STD","STATE":"MEAN_STD","ENV":"MEAN_STD","ACTION":"MEAN_STD"}')
 DIFFUSION=(--policy.type=diffusion --steps=3000 --batch_size=32 --save_freq=3000
      --policy.n_obs_steps=2 --policy.horizon=16 --policy.n_action_steps=8 --policy.down_dims=[32,64,128]

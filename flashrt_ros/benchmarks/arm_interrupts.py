@@ -5,8 +5,8 @@
 For each trained checkpoint (default: the committed ACT and Diffusion Policy in
 ``flashrt_ros/sim/checkpoints/``) and each cell below, ``--episodes`` seeded
 episodes of the reaching task (``flashrt_ros.sim.arm_task``: success = tip within
-2 cm of the target with both joints slower than 0.2 rad/s, within 200 policy
-steps). Each episode's seed draws the start pose and target (``ArmSim.reset``),
+3 cm of the target, i.e. the tip's 1.5 cm marker overlapping the 2 cm target
+sphere, with both joints slower than 0.2 rad/s, within 200 policy steps). Each episode's seed draws the start pose and target (``ArmSim.reset``),
 the policy's noise stream (``engine.capsules.reset(seed=...)``, Diffusion only),
 the interrupt's start (policy step 10-35) and the operator's pose.
 
@@ -62,6 +62,7 @@ class Episode:
     steps_to_success: int | None          # policy steps (interrupt periods not counted)
     interrupted: bool                     # False when the task was done before the interrupt
     jump: float | None                    # action jump at resume (rad)
+    distance_m: float = float("nan")      # tip to target when the episode ended (success or time limit)
     actions: list[bytes] = field(default_factory=list, repr=False)
 
 
@@ -128,8 +129,8 @@ class ArmEpisodes:
             self.sim.step(action)
             last = action
             if self._reached():
-                return Episode(seed, True, step + 1, interrupted, jump, actions)
-        return Episode(seed, False, None, interrupted, jump, actions)
+                return Episode(seed, True, step + 1, interrupted, jump, self.sim.distance_to_target(), actions)
+        return Episode(seed, False, None, interrupted, jump, self.sim.distance_to_target(), actions)
 
     def _interrupt(self, kind: str, resume: str, seed: int, plan: Interrupt, last: np.ndarray) -> np.ndarray:
         """The interrupt and the resume; returns the last command the arm executed."""
@@ -183,7 +184,8 @@ def summarize(episodes: list[Episode]) -> dict:
     j = bootstrap_mean([e.jump for e in episodes if e.jump is not None])
     return {"episodes": n, "interrupted": sum(e.interrupted for e in episodes), "successes": wins,
             "success_rate": wins / n if n else math.nan, "success_ci": [lo, hi],
-            "steps_to_success": t[0], "steps_ci": [t[1], t[2]], "jump_rad": j[0], "jump_ci": [j[1], j[2]]}
+            "steps_to_success": t[0], "steps_ci": [t[1], t[2]], "jump_rad": j[0], "jump_ci": [j[1], j[2]],
+            "final_distance_m_median": float(np.nanmedian([e.distance_m for e in episodes])) if n else math.nan}
 
 
 # --- the run ------------------------------------------------------------------------------
@@ -226,14 +228,16 @@ LABELS = {"uninterrupted": "uninterrupted", "pause_restore": "pause + restore", 
 
 def render_markdown(result: dict) -> str:
     lines = ["| policy | cell | success | 95 % CI | steps to success (mean, 95 % CI) | "
-             "action jump at resume [rad] (mean, 95 % CI) |", "|---|---|---|---|---|---|"]
+             "action jump at resume [rad] (mean, 95 % CI) | final tip distance (median) |",
+             "|---|---|---|---|---|---|---|"]
     for policy, r in result["policies"].items():
         for cell, c in r["cells"].items():
             lines.append(f"| {policy} | {LABELS[cell]} | {c['successes']}/{c['episodes']} "
                          f"({100 * c['success_rate']:.0f} %) | {100 * c['success_ci'][0]:.0f}-"
                          f"{100 * c['success_ci'][1]:.0f} % | {c['steps_to_success']:.1f} "
                          f"({c['steps_ci'][0]:.1f}-{c['steps_ci'][1]:.1f}) | {c['jump_rad']:.3f} "
-                         f"({c['jump_ci'][0]:.3f}-{c['jump_ci'][1]:.3f}) |")
+                         f"({c['jump_ci'][0]:.3f}-{c['jump_ci'][1]:.3f}) | "
+                         f"{100 * c['final_distance_m_median']:.1f} cm |")
     return "\n".join(lines)
 
 
@@ -278,16 +282,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cells", default=",".join(CELLS))
     ap.add_argument("--interrupt-steps", type=int, default=25, help="control periods (20 ms) per interrupt")
     ap.add_argument("--out", type=Path, default=None, help="write arm_interrupts.{json,md,png} here")
+    ap.add_argument("--combine", type=Path, nargs="+", default=None,
+                    help="render these saved arm_interrupts.json files as one result (runs nothing)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)      # a shared 2-core machine: one thread is faster (see examples/train_arm)
-    seeds = list(range(args.first_seed, args.first_seed + args.episodes))
-    cells = [c for c in args.cells.split(",") if c]
-    t0 = time.perf_counter()
-    result = {"episodes": args.episodes, "seeds": seeds, "interrupt_steps": args.interrupt_steps,
-              "criterion": asdict(ReachCriterion()), "machine": machine(), "policies": {}}
-    for name in [p for p in args.policies.split(",") if p]:
-        result["policies"][name] = evaluate(name, POLICIES[name], seeds, cells, args.interrupt_steps)
-    result["wall_s"] = round(time.perf_counter() - t0, 1)
+    if args.combine:
+        parts = [json.loads(p.read_text()) for p in args.combine]
+        result = parts[0] | {"policies": {k: v for p in parts for k, v in p["policies"].items()},
+                             "wall_s": sum(p["wall_s"] for p in parts)}
+    else:
+        torch.set_num_threads(1)      # a shared 2-core machine: one thread is faster (see examples/train_arm)
+        seeds = list(range(args.first_seed, args.first_seed + args.episodes))
+        cells = [c for c in args.cells.split(",") if c]
+        t0 = time.perf_counter()
+        result = {"episodes": args.episodes, "seeds": seeds, "interrupt_steps": args.interrupt_steps,
+                  "criterion": asdict(ReachCriterion()), "machine": machine(), "policies": {}}
+        for name in [p for p in args.policies.split(",") if p]:
+            result["policies"][name] = evaluate(name, POLICIES[name], seeds, cells, args.interrupt_steps)
+        result["wall_s"] = round(time.perf_counter() - t0, 1)
     table = render_markdown(result)
     print(table)
     print(f"machine: {result['machine']}; {result['wall_s']} s")

@@ -57,7 +57,7 @@ class ReachCriterion:
     """Success: the tip within ``radius_m`` of the target with every joint slower than
     ``max_speed`` rad/s, at some step before ``time_limit_steps``."""
 
-    radius_m: float = 0.02          # the target sphere's radius
+    radius_m: float = 0.03          # the tip's marker (1.5 cm) overlaps the target sphere (2 cm)
     max_speed: float = 0.2          # rad/s: "at rest"
     time_limit_steps: int = 200     # 4 s at 50 Hz
 
