@@ -79,6 +79,7 @@ class Mux:
         with self.lock:
             self.mode, self.hold_after, self.held, self.measure_at = "policy", hold_after, None, measure_at
             self.last_before_hold: np.ndarray | None = None
+            self.interrupted = False
             self.obs = self.commands = self.policy_msgs = self.forwarded = 0
             self.target, self.q, self.last = np.full(2, np.nan), np.zeros(2), None
             self.reached_at: int | None = None
@@ -100,6 +101,7 @@ class Mux:
             if (self.mode == "policy" and self.forwarded and self.reached_at is None and self.criterion.reached(
                     forward_kinematics(self.q), self.target, np.array(msg.velocity))):
                 self.reached_at = self.forwarded
+                self.mode = "done"                 # the task is done: no further command goes out
 
     def _on_policy(self, msg: Float64MultiArray) -> None:
         with self.lock:
@@ -108,7 +110,7 @@ class Mux:
                 return                              # the operator drives: dropped
             if self.hold_after is not None and self.forwarded == self.hold_after:
                 self.mode, self.held, self.hold_after = "hold", msg, None
-                self.last_before_hold = self.last
+                self.last_before_hold, self.interrupted = self.last, True
                 return
             self._forward(np.asarray(msg.data, dtype=np.float64))
 
@@ -268,10 +270,10 @@ class Supervisor:
         self.sim_node.set_parameters([Parameter("seed", value=seed)])
         uninterrupted = cell == "uninterrupted"
         self.mux.start(None if uninterrupted else plan.start, plan.start if uninterrupted else None)
-        self.policy.call("reset")
+        self.policy.call("reset", timeout_s=30.0)
         inputs = self.policy_node._policy_io.inputs
         seen = {name: inputs.received(name) for name in inputs.names}
-        self.sim.call("reset")                     # publishes the first observation
+        self.sim.call("reset", timeout_s=30.0)     # publishes the first observation
         # the policy node must hold this episode's first observation before a goal may step on it
         self._wait(lambda: all(inputs.received(n) > seen[n] for n in seen), "the first observation")
         deadline = time.monotonic() + timeout_s
@@ -288,12 +290,15 @@ class Supervisor:
                 break
             time.sleep(0.002)
         else:
-            raise RuntimeError(f"[{cell} seed {seed}] the episode did not finish within {timeout_s:g} s")
+            m = self.mux
+            raise RuntimeError(f"[{cell} seed {seed}] the episode did not finish within {timeout_s:g} s "
+                               f"(mux {m.mode}: obs {m.obs}, commands {m.commands}, policy {m.policy_msgs}, "
+                               f"forwarded {m.forwarded}; goal running: {not self._idle()})\n"
+                               + py_trees.display.unicode_tree(tree, show_status=True))
         tree.shutdown()
         m = self.mux
-        return Episode(seed, m.reached_at is not None, m.reached_at, cell != "uninterrupted" and
-                       any(b.status is Status.SUCCESS for b in tree.iterate() if b.name == "snapshot policy"),
-                       m.jump, actions=list(m.actions))
+        return Episode(seed, m.reached_at is not None, m.reached_at, m.interrupted, m.jump,
+                       actions=list(m.actions))
 
     @staticmethod
     def _wait(condition: Any, what: str, timeout_s: float = 30.0) -> None:

@@ -62,5 +62,5 @@ def test_override_trees_through_ros(supervisor):
     restored = supervisor.run(SEED, "override_sim_restored", k=25)
     assert restored.interrupted
     assert restored.actions == plain.actions and restored.steps_to_success == plain.steps_to_success
-    reset = supervisor.run(SEED, "override_reset", k=25)
+    reset = supervisor.run(SEED, "override_reset", k=25, timeout_s=120.0)
     assert reset.interrupted and reset.jump is not None
