@@ -71,6 +71,7 @@ class Mux:
         node.create_subscription(JointState, "/sim/joint_states", self._on_joints, RELIABLE)
         node.create_subscription(Float32MultiArray, "/sim/target", self._on_target, RELIABLE)
         self.criterion, self.lock = criterion, threading.Lock()
+        self.policy_total = 0                      # every policy command ever received (never reset)
         self.start(None)
 
     def start(self, hold_after: int | None, measure_at: int | None = None) -> None:
@@ -106,6 +107,7 @@ class Mux:
     def _on_policy(self, msg: Float64MultiArray) -> None:
         with self.lock:
             self.policy_msgs += 1
+            self.policy_total += 1
             if self.mode != "policy":
                 return                              # the operator drives: dropped
             if self.hold_after is not None and self.forwarded == self.hold_after:
@@ -286,7 +288,7 @@ class Supervisor:
             if tree.status is Status.FAILURE:
                 failed = [b for b in tree.iterate() if b.status is Status.FAILURE]
                 raise RuntimeError(f"[{cell} seed {seed}] {failed[-1].name}: {failed[-1].feedback_message}")
-            if tree.status is Status.SUCCESS and self._idle() and self.mux.quiescent():
+            if tree.status is Status.SUCCESS and self._idle() and self.mux.quiescent() and self._delivered():
                 break
             time.sleep(0.002)
         else:
@@ -307,6 +309,11 @@ class Supervisor:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not arrive within {timeout_s:g} s")
             time.sleep(0.002)
+
+    def _delivered(self) -> bool:
+        """Every command the policy node published has reached the mux: none can leak into the next episode."""
+        with self.mux.lock:
+            return self.mux.policy_total == self.policy_node._policy_io.steps
 
     def _idle(self) -> bool:
         """No goal running: the halted RunPolicy goal (if any) has reported its result."""
