@@ -26,7 +26,9 @@ Halting the parallel when the task is done cancels the running RunPolicy goal at
 committed boundary. The uninterrupted cell is "task done?" beside one RunPolicy goal.
 Each episode uses the benchmark's seeds, interrupt step and operator pose
 (``Interrupt.for_seed``), so its outcome can be compared with the in-process run.
-ACT only by default: it draws no noise, so the node's plain ``reset`` makes it
+Known issue (2026-12-03, docs/benchmarks/arm_interrupts.md): 3 of 4 runs of a three-cell
+check stalled (a policy step counted by no running goal, or ``~/reset`` unanswered within
+30 s); the cause is not isolated. ACT only by default: it draws no noise, so the node's plain ``reset`` makes it
 repeatable (Diffusion's noise seed is set in-process by ``capsules.reset(seed=...)``,
 which the Trigger ``~/reset`` service cannot pass).
 """
@@ -188,24 +190,27 @@ class Drive(py_trees.behaviour.Behaviour):
 
 
 class Resume(py_trees.behaviour.Behaviour):
-    """Hand control back to the policy; with the sim restored, the held command goes out first."""
+    """Hand control back to the policy; with the sim restored, the held command goes out first,
+    and SUCCESS waits until the policy node holds the observation it produced (else the next
+    goal would step on the older observation still pending from the override)."""
 
-    def __init__(self, mux: Mux, hand_back: bool) -> None:
+    def __init__(self, mux: Mux, hand_back: bool, inputs: Any) -> None:
         super().__init__("hand control back")
-        self.mux, self.hand_back, self.done = mux, hand_back, False
+        self.mux, self.hand_back, self.inputs, self.seen = mux, hand_back, inputs, None
 
     def initialise(self) -> None:
-        self.done = False
+        self.seen = None
 
     def update(self) -> Status:
-        if not self.done:
+        if self.seen is None:
+            self.seen = {n: self.inputs.received(n) for n in self.inputs.names}
             self.mux.resume(self.hand_back)
-            self.done = True
-        return Status.SUCCESS if self.mux.quiescent() else Status.RUNNING
+        arrived = not self.hand_back or all(self.inputs.received(n) > c for n, c in self.seen.items())
+        return Status.SUCCESS if self.mux.quiescent() and arrived else Status.RUNNING
 
 
 def build_tree(cell: str, mux: Mux, policy: FlashRTClient, sim: FlashRTClient, plan: Interrupt, k: int,
-               limit: int) -> py_trees.behaviour.Behaviour:
+               limit: int, inputs: Any) -> py_trees.behaviour.Behaviour:
     done = Condition("task done?", lambda: mux.reached_at is not None, running=True)
     if cell == "uninterrupted":
         body: py_trees.behaviour.Behaviour = RunPolicy("policy drives", policy, max_steps=limit)
@@ -229,7 +234,7 @@ def build_tree(cell: str, mux: Mux, policy: FlashRTClient, sim: FlashRTClient, p
             steps.append(Reset("reset policy", policy))
         else:
             steps += [Restore("restore sim", sim, "interrupt"), Restore("restore policy", policy, "interrupt")]
-        steps.append(Resume(mux, hand_back=resume == "sim_restored"))
+        steps.append(Resume(mux, resume == "sim_restored", inputs))
         # the held step counts when its command is handed back; otherwise it was undone
         rest = limit - plan.start - (1 if resume == "sim_restored" else 0)
         steps.append(RunPolicy("policy drives on", policy, max_steps=rest))
@@ -268,12 +273,12 @@ class Supervisor:
     def run(self, seed: int, cell: str, k: int, timeout_s: float = 300.0, show: bool = False) -> Episode:
         plan = Interrupt.for_seed(seed)
         limit = self.criterion.time_limit_steps
-        tree = build_tree(cell, self.mux, self.policy, self.sim, plan, k, limit)
+        inputs = self.policy_node._policy_io.inputs
+        tree = build_tree(cell, self.mux, self.policy, self.sim, plan, k, limit, inputs)
         self.sim_node.set_parameters([Parameter("seed", value=seed)])
         uninterrupted = cell == "uninterrupted"
         self.mux.start(None if uninterrupted else plan.start, plan.start if uninterrupted else None)
         self.policy.call("reset", timeout_s=30.0)
-        inputs = self.policy_node._policy_io.inputs
         seen = {name: inputs.received(name) for name in inputs.names}
         self.sim.call("reset", timeout_s=30.0)     # publishes the first observation
         # the policy node must hold this episode's first observation before a goal may step on it
