@@ -59,7 +59,7 @@ from flashrt_ros.benchmarks.arm_interrupts import CELLS, Episode, Interrupt, sum
 from flashrt_ros.bt import Reset, Restore, Rollback, RunPolicy, Snapshot  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402
 from flashrt_ros.sim.arm_task import ReachCriterion, forward_kinematics  # noqa: E402
-from mujoco_interrupt_resume import RELIABLE, policy_parameters  # noqa: E402
+from mujoco_interrupt_resume import arm_topics, policy_parameters  # noqa: E402
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -68,10 +68,7 @@ class Mux:
     """Routes policy commands to the sim (or holds / drops them) and watches the task."""
 
     def __init__(self, node: Any, criterion: ReachCriterion) -> None:
-        self._pub = node.create_publisher(Float64MultiArray, "/sim/command", RELIABLE)
-        node.create_subscription(Float64MultiArray, "/arm/policy_command", self._on_policy, RELIABLE)
-        node.create_subscription(JointState, "/sim/joint_states", self._on_joints, RELIABLE)
-        node.create_subscription(Float32MultiArray, "/sim/target", self._on_target, RELIABLE)
+        self._pub = arm_topics(node, self._on_policy, self._on_joints, self._on_target)
         self.criterion, self.lock = criterion, threading.Lock()
         self.policy_total = 0                      # every policy command ever received (never reset)
         self.start(None)

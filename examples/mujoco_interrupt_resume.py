@@ -92,15 +92,20 @@ class Episode:
     reached_at: int | None = None       # first observation under policy control with the task done
 
 
+def arm_topics(node: Any, on_policy: Any, on_joints: Any, on_target: Any) -> Any:
+    """The supervisor's side of the arm's topics; returns the publisher of the sim's command."""
+    node.create_subscription(Float64MultiArray, "/arm/policy_command", on_policy, RELIABLE)
+    node.create_subscription(JointState, "/sim/joint_states", on_joints, RELIABLE)
+    node.create_subscription(Float32MultiArray, "/sim/target", on_target, RELIABLE)
+    return node.create_publisher(Float64MultiArray, "/sim/command", RELIABLE)
+
+
 class CommandMux:
     """Policy or operator commands to the sim; holds the policy's command at override points."""
 
     def __init__(self, node: Any, frame_every: int) -> None:
-        self._pub = node.create_publisher(Float64MultiArray, "/sim/command", RELIABLE)
-        node.create_subscription(Float64MultiArray, "/arm/policy_command", self._on_policy, RELIABLE)
-        node.create_subscription(JointState, "/sim/joint_states", self._on_joints, RELIABLE)
+        self._pub = arm_topics(node, self._on_policy, self._on_joints, self._on_target)
         node.create_subscription(Image, "/sim/image", self._on_image, RELIABLE)
-        node.create_subscription(Float32MultiArray, "/sim/target", self._on_target, RELIABLE)
         self.criterion, self.target = ReachCriterion(), np.full(2, np.nan)
         self.lock = threading.Lock()
         self.frame_every = frame_every
