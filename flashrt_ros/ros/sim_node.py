@@ -2,6 +2,8 @@
 
 Topics (under the node's namespace, default ``/sim``):
 - ``~/joint_states`` (pub, ``sensor_msgs/JointState``: shoulder, elbow; position, velocity)
+- ``~/target`` (pub, ``std_msgs/Float32MultiArray``: the target's x, y in metres, the task's goal;
+  a policy node reads it with ``input_environment_state_topic``)
 - ``~/image`` (pub, ``sensor_msgs/Image`` rgb8 from the overhead camera; ``render:=false`` turns it off)
 - ``~/command`` (sub, ``std_msgs/Float64MultiArray``: the two joint position targets,
   as to a ros2_control forward position controller)
@@ -30,7 +32,7 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from std_srvs.srv import Trigger
 
 from flashrt_ros.srv import Restore, Snapshot
@@ -63,6 +65,7 @@ class SimNode(Node):
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self._joint_pub = self.create_publisher(JointState, "~/joint_states", reliable)
         self._image_pub = self.create_publisher(Image, "~/image", reliable)
+        self._target_pub = self.create_publisher(Float32MultiArray, "~/target", reliable)
         self.create_subscription(Float64MultiArray, "~/command", self._on_command, reliable)
         self.create_service(Trigger, "~/reset", self._reset)
         self.create_service(Snapshot, "~/snapshot", self._snapshot)
@@ -108,6 +111,7 @@ class SimNode(Node):
                         is_bigendian=0, step=pixels.shape[1] * 3, data=pixels.tobytes())
             img.header.stamp, img.header.frame_id = stamp, "overhead"
             self._image_pub.publish(img)
+        self._target_pub.publish(Float32MultiArray(data=self.sim.target_xy().tolist()))
         js = JointState(name=self.joints, position=self.sim.joint_positions().tolist(),
                         velocity=self.sim.joint_velocities().tolist())
         js.header.stamp = stamp

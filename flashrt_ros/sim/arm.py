@@ -22,6 +22,7 @@ JOINTS = ("shoulder", "elbow")
 
 MJCF = """
 <mujoco model="flashrt_reacher">
+  <compiler angle="radian"/>  <!-- MJCF's default unit is degrees: the elbow's range would be +-2.6 deg -->
   <option timestep="{timestep}" integrator="implicitfast"/>
   <visual>
     <global offwidth="{width}" offheight="{height}"/>
@@ -110,9 +111,15 @@ class ArmSim:
     def joint_velocities(self) -> np.ndarray:
         return self.data.qvel[:2].copy()
 
+    def target_xy(self) -> np.ndarray:
+        """The target's (x, y) in metres (the task's goal; published by the sim node as ``~/target``)."""
+        return self.data.mocap_pos[0][:2].copy()
+
+    def tip_xy(self) -> np.ndarray:
+        return self.data.site("tip").xpos[:2].copy()
+
     def distance_to_target(self) -> float:
-        tip = self.data.site("tip").xpos
-        return float(np.linalg.norm(tip[:2] - self.data.mocap_pos[0][:2]))
+        return float(np.linalg.norm(self.tip_xy() - self.target_xy()))
 
     def render(self) -> np.ndarray:
         """The overhead camera as ``(height, width, 3)`` uint8 RGB."""
