@@ -1,0 +1,181 @@
+"""The complete SmolVLA capsule: prefix KV, action queue, noise stream, instruction, positions (CPU, CI size).
+
+The policy here is our SmolVLA at CI size with seeded random weights (no
+checkpoint, no LeRobot needed): these tests are about state, parity is in
+``test_lerobot_smolvla.py``.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashrt_ros.engine.policy_engine import PolicyEngine
+from flashrt_ros.engine.vla import resample_chunk, set_instruction_ids
+from flashrt_ros.models.lerobot.smolvla import SmolVLAConfig, SmolVLAPolicy
+from flashrt_ros.models.lerobot.smolvla_net import VLMSizes
+from flashrt_ros.runtime.errors import InvalidArgument
+
+TINY_VLM = VLMSizes(text_hidden=64, text_heads=4, text_kv_heads=2, head_dim=16, text_intermediate=128,
+                    vocab_size=512, vision_hidden=32, vision_heads=2, vision_intermediate=64, vision_layers=2,
+                    patch_size=8, image_size=32, scale_factor=2)
+CAMERA = "observation.images.top"
+INSTRUCTION = [5, 17, 99, 3]
+
+
+def tiny_policy(seed: int = 0) -> SmolVLAPolicy:
+    cfg = SmolVLAConfig(state_dim=4, env_state_dim=0, action_dim=3, cameras=(CAMERA,), image_shape=(3, 24, 40),
+                        vlm=TINY_VLM, chunk_size=6, n_action_steps=5, max_state_dim=8, max_action_dim=8,
+                        resize_imgs_with_padding=(32, 32), tokenizer_max_length=8, num_vlm_layers=4)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        policy = SmolVLAPolicy(cfg)
+        with torch.no_grad():
+            for p in policy.parameters():
+                p.add_(0.2 * torch.randn_like(p))
+    return policy.eval().requires_grad_(False)
+
+
+def observation(i: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(100 + i)
+    return {"observation.state": torch.randn(4, generator=g), CAMERA: torch.rand(3, 24, 40, generator=g)}
+
+
+@pytest.fixture
+def engine(tmp_path):
+    eng = PolicyEngine(tiny_policy(), directory=str(tmp_path / "capsules"), rollback_depth=4)
+    set_instruction_ids(eng, INSTRUCTION)
+    yield eng
+    eng.close()
+
+
+def run(engine: PolicyEngine, start: int, n: int) -> torch.Tensor:
+    return torch.stack([engine.step(observation(start + i)) for i in range(n)])
+
+
+def test_the_capsule_holds_the_whole_vla_state(engine):
+    names = set(engine.arena)
+    p = engine.policy
+    assert {f"{p.KEY}0", f"{p.VALUE}3", p.PREFIX_LEN, p.LANG, p.LANG_LEN, p.QUEUE, p.LEFT, p.RNG_SEED,
+            p.PLANS} <= names
+    run(engine, 0, 2)
+    # live extent: image tokens + instruction + state; the KV of each layer is copied only that far
+    assert int(engine.arena[p.PREFIX_LEN]) == 4 + len(INSTRUCTION) + 1
+    assert engine.arena.live_view(f"{p.KEY}0").shape[0] == 4 + len(INSTRUCTION) + 1
+    assert engine.arena[f"{p.KEY}0"][int(engine.arena[p.PREFIX_LEN]):].abs().max() == 0
+
+
+def test_snapshot_mid_chunk_other_work_restore_is_bit_identical(engine, tmp_path):
+    reference = PolicyEngine(tiny_policy(), directory=str(tmp_path / "ref"))
+    set_instruction_ids(reference, INSTRUCTION)
+    uninterrupted = run(reference, 0, 17)                  # 17 steps: 4 plans (chunks of 5)
+
+    first = run(engine, 0, 7)                              # mid-chunk (2 actions left)
+    engine.capsules.snapshot("mid")
+    set_instruction_ids(engine, [1, 2])                    # other work: another instruction, other
+    run(engine, 50, 9)                                     # observations, two more plans
+    engine.capsules.reset(seed=7)
+    run(engine, 80, 3)
+    engine.capsules.restore("mid")
+    resumed = run(engine, 7, 10)
+    assert torch.equal(torch.cat([first, resumed]), uninterrupted)
+
+
+def test_kv_only_restore_diverges(engine, tmp_path):
+    reference = PolicyEngine(tiny_policy(), directory=str(tmp_path / "ref"))
+    set_instruction_ids(reference, INSTRUCTION)
+    uninterrupted = run(reference, 0, 17)
+    run(engine, 0, 7)
+    engine.capsules.snapshot("mid")
+    set_instruction_ids(engine, [1, 2])
+    run(engine, 50, 9)
+    engine.capsules.restore("mid", groups={"kv"})          # prefix KV back, queue / noise / instruction not
+    resumed = run(engine, 7, 10)
+    assert not torch.equal(resumed, uninterrupted[7:])
+    assert (resumed - uninterrupted[7:]).abs().max() > 1e-3
+
+
+def test_fork_into_noise_seeds_reuses_the_prefix_and_shares_nothing(engine):
+    run(engine, 0, 1)                                      # one prefill: the prefix KV of observation 0
+    engine.capsules.snapshot("prefix")
+    kv_before = engine.arena[f"{engine.policy.KEY}0"].clone()
+    draws = {}
+    for seed in (1, 2, 3):
+        engine.capsules.fork("prefix", f"seed{seed}")
+    engine.capsules.verify("prefix")                       # records its hashes (CPU/device tier: none yet)
+    for seed in (1, 2, 3):
+        engine.capsules.restore(f"seed{seed}")
+        resample_chunk(engine, seed)                       # no VLM run: denoise over the stored prefix
+        assert torch.equal(engine.arena[f"{engine.policy.KEY}0"], kv_before)
+        draws[seed] = run(engine, 1, 4)
+        engine.capsules.snapshot(f"seed{seed}", overwrite=True)
+    assert not torch.equal(draws[1], draws[2]) and not torch.equal(draws[2], draws[3])
+    # seed 1 again from the untouched prefix: the same draw; its own capsule moved on alone
+    engine.capsules.restore("prefix")
+    resample_chunk(engine, 1)
+    assert torch.equal(run(engine, 1, 4), draws[1])
+    report = engine.capsules.verify("prefix")              # the forks' runs never wrote the source's bytes
+    assert report.ok and report.verified and not report.hashed_now
+
+
+def test_fork_into_instructions_shares_nothing(engine):
+    run(engine, 0, 2)
+    engine.capsules.snapshot("scene")
+    instructions = {"a": [7, 8, 9], "b": [10, 11], "c": [12, 13, 14, 15, 16]}
+    for name in instructions:
+        engine.capsules.fork("scene", name)
+    first = {}
+    for name, ids in instructions.items():
+        engine.capsules.restore(name)
+        set_instruction_ids(engine, ids)
+        first[name] = run(engine, 2, 6)
+        engine.capsules.snapshot(name, overwrite=True)
+    assert not torch.equal(first["a"], first["b"]) and not torch.equal(first["b"], first["c"])
+    # each branch continues alone, whatever the others did in between
+    engine.capsules.restore("a")
+    again = run(engine, 8, 3)
+    engine.capsules.restore("c")
+    run(engine, 8, 3)
+    engine.capsules.restore("a")
+    assert torch.equal(run(engine, 8, 3), again)
+    assert int(engine.arena[engine.policy.LANG_LEN]) == 3
+
+
+def test_rollback_undoes_an_instruction(engine):
+    run(engine, 0, 3)
+    before = engine.arena[engine.policy.LANG].clone()
+    set_instruction_ids(engine, [42])
+    engine.capsules.rollback(1)
+    assert torch.equal(engine.arena[engine.policy.LANG], before)
+
+
+def test_bad_instruction_and_resample_before_any_prefix_are_refused(engine):
+    with pytest.raises(InvalidArgument, match="at most"):
+        set_instruction_ids(engine, list(range(20)))
+    with pytest.raises(InvalidArgument, match="in \\[0, 512\\)"):
+        set_instruction_ids(engine, [600])
+    with pytest.raises(InvalidArgument, match="no prefix"):
+        resample_chunk(engine, 3)
+    assert int(engine.arena[engine.policy.LANG_LEN]) == len(INSTRUCTION)
+
+
+def test_eager_step_matches_the_single_body_where_form(engine):
+    """The fixed body a one-graph engine captures (plan every step, keep it when the queue is empty)
+    gives the same actions as the host decision."""
+    other = PolicyEngine(tiny_policy(), directory=None)
+    set_instruction_ids(other, INSTRUCTION)
+    policy = other.policy
+    policy.step_observation = lambda obs, arena: policy._step_where(obs, arena)    # what capture would run
+    assert torch.equal(run(other, 0, 11), run(engine, 0, 11))
+
+
+def test_plan_pop_steps_match_the_engine_step_and_commit_boundaries(engine, tmp_path):
+    from flashrt_ros.engine.vla import PlanPopSteps
+    other = PolicyEngine(tiny_policy(), directory=str(tmp_path / "other"))
+    set_instruction_ids(other, INSTRUCTION)
+    steps = PlanPopSteps(other)
+    results = [steps.step(observation(i)) for i in range(11)]
+    assert [planned for _, planned in results] == [i % 5 == 0 for i in range(11)]
+    assert torch.equal(torch.stack([a for a, _ in results]), run(engine, 0, 11))
+    assert other.position == 11
+    other.capsules.rollback(2)
+    assert other.position == 9
