@@ -126,3 +126,23 @@ def test_too_long_instruction_ids_are_refused_before_anything_changes(tmp_path, 
     with pytest.raises(InvalidArgument, match="at most"):
         set_instruction_ids(engine, list(range(config.tokenizer_max_length + 1)))
     assert torch.equal(engine.arena[policy.LANG], before)
+
+
+def test_policy_instruction_parameter_starts_every_episode(tmp_path, vlm_dir):
+    from types import SimpleNamespace
+
+    from flashrt_ros.engine.factory import build_engine
+    directory, _, _ = make_smolvla_checkpoint(tmp_path / "ckpt", CASES["half_expert_minmax"], vlm_dir)
+    config = SimpleNamespace(engine_kind="policy", policy=f"lerobot:{directory}", policy_instruction=TASK,
+                             device="cpu", dtype="float32", capsule_directory=str(tmp_path / "caps"),
+                             capsule_device_budget_mb=64, capsule_host_budget_mb=64, capsule_disk_budget_mb=64,
+                             rollback_depth=2, default_tier="device", boundary_timeout_s=5.0)
+    engine = build_engine(config, log=lambda _: None)
+    p = engine.policy
+    ids = p.instruction_ids(TASK)
+    assert engine.arena[p.LANG][: len(ids)].tolist() == ids and int(engine.arena[p.LANG_LEN]) == len(ids)
+    set_instruction(engine, "put the cube in the box")
+    engine.capsules.reset()
+    assert int(engine.arena[p.LANG_LEN]) == len(ids)
+    with pytest.raises(InvalidArgument, match="takes no language instruction"):
+        build_engine(SimpleNamespace(**{**vars(config), "policy": "gru"}), log=lambda _: None)

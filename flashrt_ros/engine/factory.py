@@ -81,6 +81,10 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
         from flashrt_ros.models.policies import make_policy
 
         policy = make_policy(config.policy)
+        if config.policy_instruction:
+            if not hasattr(policy, "set_default_instruction"):
+                raise InvalidArgument(f"policy_instruction: {type(policy).__name__} takes no language instruction")
+            policy.set_default_instruction(config.policy_instruction)
         engine = PolicyEngine(policy, device=device, directory=str(directory),
                               rollback_depth=config.rollback_depth, default_tier=config.default_tier,
                               cuda_graph=device.type == "cuda", gate_timeout_s=config.boundary_timeout_s,

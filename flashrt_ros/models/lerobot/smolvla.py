@@ -206,8 +206,7 @@ class SmolVLAPolicy(PolicyModule):
         self.register_buffer("time_embeddings", sinusoidal_time(times.to(torch.float64), e, cfg.min_period,
                                                                 cfg.max_period), persistent=False)
         self.dt = dt
-        self.default_instruction = instruction
-        self._default_ids = self.instruction_ids(instruction) if instruction else []
+        self.set_default_instruction(instruction)
 
     # --- contract ---------------------------------------------------------------------
     def input_features(self) -> dict[str, FeatureSpec]:
@@ -245,6 +244,11 @@ class SmolVLAPolicy(PolicyModule):
         self.write_instruction(arena, self._default_ids)
 
     # --- instruction -----------------------------------------------------------------
+    def set_default_instruction(self, text: str) -> None:
+        """The instruction every episode starts with (``init_state``; the node parameter ``policy_instruction``)."""
+        self._default_ids = self.instruction_ids(text) if text else []
+        self.default_instruction = text
+
     def instruction_ids(self, text: str) -> list[int]:
         """Token ids of an instruction as LeRobot's preprocessor makes them (newline appended, truncated)."""
         if self._tokenizer is None:
