@@ -146,3 +146,20 @@ def test_policy_instruction_parameter_starts_every_episode(tmp_path, vlm_dir):
     assert int(engine.arena[p.LANG_LEN]) == len(ids)
     with pytest.raises(InvalidArgument, match="takes no language instruction"):
         build_engine(SimpleNamespace(**{**vars(config), "policy": "gru"}), log=lambda _: None)
+
+
+def test_a_checkpoint_with_tied_embeddings_saved_as_lm_head_only_loads(tmp_path, vlm_dir):
+    """safetensors keeps one name of a tied pair (``lm_head`` sorts first): the embeddings come from it."""
+    from safetensors.torch import load_file, save_file
+    case = CASES["half_expert_minmax"]
+    directory, _, _ = make_smolvla_checkpoint(tmp_path / "ckpt", case, vlm_dir)
+    obs = observations(case_features(case), 7, seed=3)
+    engine = engine_for(directory, tmp_path / "a", TASK)
+    before = torch.stack([engine.step(o) for o in obs])
+    weights = load_file(str(directory / "model.safetensors"))
+    embed = "model.vlm_with_expert.vlm.model.text_model.embed_tokens.weight"
+    weights["model.vlm_with_expert.vlm.lm_head.weight"] = weights.pop(embed)
+    save_file(weights, str(directory / "model.safetensors"))
+    engine = engine_for(directory, tmp_path / "b", TASK)
+    after = torch.stack([engine.step(o) for o in obs])
+    assert torch.equal(before, after)

@@ -46,7 +46,11 @@ def load_weights(policy: torch.nn.Module, ckpt: LeRobotCheckpoint) -> None:
     """Strict load; the error lists what the checkpoint lacks and what it has that we do not expect."""
     expected = set(policy.state_dict())
     optional = set(getattr(policy, "OPTIONAL_WEIGHTS", ()))      # present in some checkpoints, never read
-    weights = {k: v for k, v in ckpt.weights.items() if k not in optional}
+    weights = dict(ckpt.weights)
+    for name, alias in getattr(policy, "TIED_WEIGHTS", {}).items():   # safetensors keeps one name of a tied pair
+        if name not in weights and alias in weights:
+            weights[name] = weights[alias]
+    weights = {k: v for k, v in weights.items() if k not in optional}
     missing = sorted(expected - set(weights))
     unexpected = sorted(set(weights) - expected)
     if missing or unexpected:

@@ -180,6 +180,9 @@ class SmolVLAPolicy(PolicyModule):
     PLANS = "policy.rng.plans"
     #: checkpoint weights inference never reads; accepted when present, not required
     OPTIONAL_WEIGHTS = ("model.vlm_with_expert.vlm.lm_head.weight",)
+    #: a VLM with tied embeddings is saved with only ``lm_head`` (safetensors keeps the first name in order)
+    TIED_WEIGHTS = {"model.vlm_with_expert.vlm.model.text_model.embed_tokens.weight":
+                    "model.vlm_with_expert.vlm.lm_head.weight"}
 
     def __init__(self, cfg: SmolVLAConfig, ckpt: LeRobotCheckpoint | None = None,
                  tokenizer: TokenizerSettings = TokenizerSettings(), tokenizer_file: Path | None = None,
