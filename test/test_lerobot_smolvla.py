@@ -33,6 +33,9 @@ CASES = {
     # one square camera, an expert of half the layers (self-attention only in layer 0), min-max, full chunk used
     "half_expert_minmax": dict(cameras=1, hw=(32, 32), state=3, env=0, action=6, norm="MIN_MAX",
                                cfg=dict(num_expert_layers=2, self_attn_every_n_layers=4, n_action_steps=6)),
+    # an empty camera slot (LeRobot fills it with -1 and masks it out; we leave it out of the prefix)
+    "empty_camera_slot": dict(cameras=1, hw=(32, 32), state=4, env=0, action=3, norm="MEAN_STD",
+                              cfg=dict(empty_cameras=1)),
     # all layers self-attention, instruction padded to max_length
     "self_attn_padded_instruction": dict(cameras=1, hw=(40, 24), state=4, env=0, action=3, norm="MEAN_STD",
                                          cfg=dict(attention_mode="self_attn", pad_language_to="max_length")),
