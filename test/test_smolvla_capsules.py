@@ -179,3 +179,11 @@ def test_plan_pop_steps_match_the_engine_step_and_commit_boundaries(engine, tmp_
     assert other.position == 11
     other.capsules.rollback(2)
     assert other.position == 9
+
+
+def test_planned_actions_are_the_next_actions_of_the_queue(engine):
+    run(engine, 0, 2)
+    planned = engine.policy.planned_actions(engine.arena)
+    assert planned.shape == (3, 3)
+    assert torch.equal(planned, run(engine, 2, 3))
+    assert engine.policy.planned_actions(engine.arena).shape == (0, 3)

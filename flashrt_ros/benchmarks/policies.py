@@ -121,11 +121,18 @@ def time_ours(directory: Path, obs: dict, device: torch.device, dtype: torch.dty
         dt = (time.perf_counter() - t0) * 1e3
         if i >= 3:
             (replan if empty else pop).append(dt)
+    capsule = {"state_bytes": engine.arena.nbytes, **capsule_times(engine, device, engine.arena.nbytes)}
+    engine.close()
+    return {"replan": replan, "pop": pop}, capsule
+
+
+def capsule_times(engine, device: torch.device, copy_bytes: int, reps: int = 50) -> dict:
+    """Median ``snapshot`` / ``restore`` of the engine's state vs one device copy of ``copy_bytes`` (ms)."""
     snap, rest, floor = [], [], []
-    engine.capsules.snapshot("bench")
-    src = engine.arena.block
+    engine.capsules.snapshot("bench", overwrite=True)
+    src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    for _ in range(50):
+    for _ in range(reps):
         t0 = time.perf_counter()
         engine.capsules.snapshot("bench", overwrite=True)
         snap.append((time.perf_counter() - t0) * 1e3)
@@ -137,10 +144,8 @@ def time_ours(directory: Path, obs: dict, device: torch.device, dtype: torch.dty
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         floor.append((time.perf_counter() - t0) * 1e3)
-    capsule = {"state_bytes": engine.arena.nbytes, "snapshot_ms": percentile(snap, 50),
-               "restore_ms": percentile(rest, 50), "copy_floor_ms": percentile(floor, 50)}
-    engine.close()
-    return {"replan": replan, "pop": pop}, capsule
+    return {"snapshot_ms": percentile(snap, 50), "restore_ms": percentile(rest, 50),
+            "copy_floor_ms": percentile(floor, 50)}
 
 
 def machine(device: torch.device) -> str:

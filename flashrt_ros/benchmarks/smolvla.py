@@ -36,7 +36,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
-from flashrt_ros.benchmarks.policies import machine  # noqa: E402
+from flashrt_ros.benchmarks.policies import capsule_times, machine  # noqa: E402
+from flashrt_ros.benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
 from flashrt_ros.engine.vla import PlanPopSteps, set_instruction  # noqa: E402
@@ -80,16 +81,16 @@ def time_lerobot(policy, batch: dict, device: torch.device, dtype: torch.dtype, 
                 policy.reset()
             t0 = time.perf_counter()
             policy.select_action(dict(batch))
-            _sync(device)
+            sync(device)
             dt = (time.perf_counter() - t0) * 1e3
             if i >= 3:
                 (replan if force else pop).append(dt)
         policy.reset()
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         for _ in range(steps):
             policy.select_action(dict(batch))
-        _sync(device)
+        sync(device)
         episode = (time.perf_counter() - t0) * 1e3
     return {"replan": replan, "pop": pop, "episode_ms": episode}
 
@@ -112,38 +113,17 @@ def time_ours(directory: Path, obs: dict, device: torch.device, dtype: torch.dty
             (replan if planned else pop).append(dt)
     engine.capsules.reset()
     set_instruction(engine, TASK)
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     for _ in range(steps):
         stepper.step(gpu_obs)
-    _sync(device)
+    sync(device)
     episode = (time.perf_counter() - t0) * 1e3
     # capsules mid-chunk: the live state (prefix KV up to prefix_len in every layer) vs a copy of those bytes
     live = engine.arena.live_nbytes()
-    snap, rest, floor = [], [], []
-    engine.capsules.snapshot("bench")
-    src = torch.empty(live, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    for _ in range(50):
-        t0 = time.perf_counter()
-        engine.capsules.snapshot("bench", overwrite=True)
-        snap.append((time.perf_counter() - t0) * 1e3)
-        t0 = time.perf_counter()
-        engine.capsules.restore("bench")
-        rest.append((time.perf_counter() - t0) * 1e3)
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        _sync(device)
-        floor.append((time.perf_counter() - t0) * 1e3)
-    capsule = {"arena_bytes": engine.arena.nbytes, "live_bytes": live, "snapshot_ms": percentile(snap, 50),
-               "restore_ms": percentile(rest, 50), "copy_floor_ms": percentile(floor, 50)}
+    capsule = {"arena_bytes": engine.arena.nbytes, "live_bytes": live, **capsule_times(engine, device, live)}
     engine.close()
     return {"replan": replan, "pop": pop, "episode_ms": episode, "capsule": capsule}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def main() -> None:

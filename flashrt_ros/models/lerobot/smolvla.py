@@ -301,6 +301,12 @@ class SmolVLAPolicy(PolicyModule):
         left.sub_(1)
         return self.norm.action(action)
 
+    def planned_actions(self, arena: StateArena) -> Tensor:
+        """The queued actions after the one just taken, unnormalised ``(left, action_dim)`` (host read)."""
+        n = self.cfg.n_action_steps
+        left = max(0, min(n, int(arena[self.LEFT].item())))
+        return self.norm.action(arena[self.QUEUE][n - left:])
+
     def prefill(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
         """Run the VLM over images + instruction + state; write each layer's KV (valid rows first)."""
         embs, valid, blocks = self._prefix_embeddings(observation, arena)
