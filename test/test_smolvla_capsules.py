@@ -187,3 +187,20 @@ def test_planned_actions_are_the_next_actions_of_the_queue(engine):
     assert planned.shape == (3, 3)
     assert torch.equal(planned, run(engine, 2, 3))
     assert engine.policy.planned_actions(engine.arena).shape == (0, 3)
+
+
+def test_plan_and_pop_read_nothing_on_the_host(engine, monkeypatch):
+    """What a captured body must not do (a host read syncs and breaks capture): checked on CPU."""
+    policy, arena = engine.policy, engine.arena
+    obs = observation(0)
+
+    def host_read(*_args, **_kwargs):
+        raise AssertionError("host read of a tensor inside a step body")
+    with torch.no_grad():
+        for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
+            monkeypatch.setattr(torch.Tensor, name, host_read)
+        policy.plan(obs, arena)
+        policy.pop(arena)
+        policy._step_where(obs, arena)
+        monkeypatch.undo()
+    assert int(arena[policy.LEFT]) == policy.cfg.n_action_steps - 2
