@@ -72,7 +72,7 @@ def test_published_size_matches_lerobot_on_the_gpu_over_two_chunks(tmp_path):
         for i, o in enumerate(obs):
             batch = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in pre({**o, "task": "stack"}).items()}
             noise = plan_noise(0, i // config.n_action_steps, config).cuda()
-            expected.append(post(ref.select_action(batch, noise=noise))[0])
+            expected.append(post(ref.select_action(batch, noise=noise).cpu())[0])
     expected = torch.stack(expected)
     from flashrt_ros.models.policies import make_policy
     engine = PolicyEngine(make_policy(f"lerobot:{directory}"), device="cuda", directory=str(tmp_path / "caps"))

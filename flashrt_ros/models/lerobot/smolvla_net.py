@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from flashrt_ros.models.llama import RMSNorm
+
 
 @dataclass(frozen=True)
 class VLMSizes:
@@ -58,25 +60,14 @@ def expert_intermediate(hidden: int, ffn_multiplier: int = 4, multiple_of: int =
     return multiple_of * ((h + multiple_of - 1) // multiple_of)
 
 
-# --- shared pieces ------------------------------------------------------------------
-
-class RMSNorm(nn.Module):
-    """Llama's RMSNorm: normalised in float32, scaled in the input dtype."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        dtype = x.dtype
-        x = x.to(torch.float32)
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
-
+# --- shared pieces (RMSNorm is Llama's: ``models.llama.RMSNorm``) -------------------------
 
 def rope(x: Tensor, positions: Tensor, max_wavelength: float = 10_000.0) -> Tensor:
-    """LeRobot's ``apply_rope`` (computed in float32): ``x (L, H, D)``, ``positions (L,)``."""
+    """LeRobot's ``apply_rope`` (computed in float32): ``x (L, H, D)``, ``positions (L,)``.
+
+    Not ``ops.rope``: LeRobot divides the positions by ``wavelength ** (2i / D)`` (not a
+    multiply by an inverse frequency, whatever the VLM config's ``rope_theta``), and
+    rotates in float32; the same operations keep fp32 parity at rounding level."""
     dtype, half = x.dtype, x.shape[-1] // 2
     x = x.to(torch.float32)
     exponents = (2.0 / x.shape[-1]) * torch.arange(half, dtype=torch.float32, device=x.device)
