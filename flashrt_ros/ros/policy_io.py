@@ -14,6 +14,12 @@ stepped (its state does not advance); the tick publishes ``hold_command`` (or
 nothing when it is empty) and the state is reported on ``~/status`` and
 ``/diagnostics``; the first fresh tick steps again.
 
+Language instruction (vision-language-action policies, e.g. SmolVLA): a
+``std_msgs/String`` on ``~/instruction`` (reliable, transient local, depth 1) is
+tokenised with the checkpoint's tokenizer and becomes the instruction at the
+next boundary (``flashrt_ros.engine.vla``); a refused one is logged and changes
+nothing.
+
 Outputs: ``std_msgs/Float32MultiArray`` (default ``~/action``),
 ``std_msgs/Float64MultiArray`` (ros2_control forward command controller),
 ``sensor_msgs/JointState`` or ``trajectory_msgs/JointTrajectory`` (the action plus
@@ -32,7 +38,7 @@ from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float32MultiArray, Float64MultiArray
+from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from flashrt_ros.models.policy_features import STATE
@@ -83,6 +89,11 @@ class PolicyIO:
             self._subs.append(node.create_subscription(
                 msg_type, topic, self._receiver(feature), qos, callback_group=group,
                 event_callbacks=events if qos.deadline.nanoseconds > 0 else None))
+        if hasattr(engine.policy, "write_instruction"):
+            self._subs.append(node.create_subscription(
+                String, "~/instruction", self._on_instruction,
+                QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL), callback_group=group))
         self.inputs = LatestInputs(list(self._convert), max_age, io.sync_tolerance_s)
         self._publish = self._make_publisher()
         self._timer = node.create_timer(self.period_s, self._on_timer, callback_group=group)
@@ -126,6 +137,13 @@ class PolicyIO:
             if self._io.control_trigger == "inputs" and self.inputs.has_new():
                 self._tick()
         return receive
+
+    def _on_instruction(self, msg: Any) -> None:
+        from flashrt_ros.engine.vla import set_instruction
+        try:
+            set_instruction(self.stepper.engine, msg.data)
+        except Exception as exc:  # noqa: BLE001 - a bad instruction must not stop the node
+            self._node.get_logger().error(f"instruction refused: {exc}")
 
     def _on_deadline_missed(self, event: Any) -> None:
         self.deadline_misses += 1
