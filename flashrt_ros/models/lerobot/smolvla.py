@@ -22,7 +22,6 @@ are separate too, so one prefix can be denoised from several noise seeds.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -32,8 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.checkpoint import ACTION, LeRobotCheckpoint, PolicyIO, feature_specs
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
+from flashrt_ros.models.lerobot.smolvla_checkpoint import (TokenizerSettings, tokenizer_file, tokenizer_settings,
+                                                          vlm_sizes)
 from flashrt_ros.models.lerobot.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
 from flashrt_ros.models.policies import RNG_SEED, PolicyModule
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
@@ -41,38 +42,7 @@ from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
 
-PUBLISHED_VLM = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
 EMPTY_CAMERA = "observation.images.empty_camera_"
-
-
-def vlm_sizes_from_config(cfg: dict) -> VLMSizes:
-    """``VLMSizes`` from a SmolVLM ``config.json`` (transformers' layout: ``text_config``, ``vision_config``)."""
-    t, v = cfg.get("text_config", {}), cfg.get("vision_config", {})
-    d = VLMSizes()
-    heads = int(t.get("num_attention_heads", d.text_heads))
-    hidden = int(t.get("hidden_size", d.text_hidden))
-    return VLMSizes(
-        text_hidden=hidden, text_heads=heads, text_kv_heads=int(t.get("num_key_value_heads", heads)),
-        head_dim=int(t.get("head_dim") or hidden // heads),
-        text_intermediate=int(t.get("intermediate_size", d.text_intermediate)),
-        rms_norm_eps=float(t.get("rms_norm_eps", d.rms_norm_eps)),
-        vocab_size=int(t.get("vocab_size", cfg.get("vocab_size", d.vocab_size))),
-        vision_hidden=int(v.get("hidden_size", d.vision_hidden)),
-        vision_heads=int(v.get("num_attention_heads", d.vision_heads)),
-        vision_intermediate=int(v.get("intermediate_size", d.vision_intermediate)),
-        vision_layers=int(v.get("num_hidden_layers", d.vision_layers)),
-        patch_size=int(v.get("patch_size", d.patch_size)), image_size=int(v.get("image_size", d.image_size)),
-        vision_eps=float(v.get("layer_norm_eps", d.vision_eps)), vision_act=str(v.get("hidden_act", d.vision_act)),
-        scale_factor=int(cfg.get("scale_factor", d.scale_factor)))
-
-
-@dataclass(frozen=True)
-class TokenizerSettings:
-    """The checkpoint preprocessor's ``tokenizer_processor`` step."""
-
-    name: str = PUBLISHED_VLM
-    max_length: int = 48
-    padding: str = "longest"
 
 
 @dataclass(frozen=True)
@@ -440,40 +410,6 @@ def _jsonable(value):
 
 
 # --- loading -------------------------------------------------------------------------------
-
-def tokenizer_settings(ckpt: LeRobotCheckpoint) -> TokenizerSettings:
-    """The ``tokenizer_processor`` step of ``policy_preprocessor.json`` (name, max length, padding)."""
-    pipeline = json.loads((ckpt.path / "policy_preprocessor.json").read_text())
-    for step in pipeline.get("steps", []):
-        if step.get("registry_name") == "tokenizer_processor":
-            cfg = step.get("config", {})
-            return TokenizerSettings(name=str(cfg.get("tokenizer_name") or ckpt.config.get("vlm_model_name")
-                                              or PUBLISHED_VLM),
-                                     max_length=int(cfg.get("max_length", 48)),
-                                     padding=str(cfg.get("padding", "longest")))
-    raise InvalidArgument(f"{ckpt.path}/policy_preprocessor.json has no 'tokenizer_processor' step")
-
-
-def vlm_sizes(ckpt: LeRobotCheckpoint) -> VLMSizes:
-    """The VLM's sizes: ``<checkpoint>/vlm_config.json``, else the ``config.json`` in the local directory
-    ``vlm_model_name`` names, else the published SmolVLM2-500M sizes when it names that model."""
-    name = str(ckpt.config.get("vlm_model_name", PUBLISHED_VLM))
-    for candidate in (ckpt.path / "vlm_config.json", Path(name).expanduser() / "config.json"):
-        if candidate.is_file():
-            return vlm_sizes_from_config(json.loads(candidate.read_text()))
-    if name == PUBLISHED_VLM:
-        return VLMSizes()
-    raise InvalidArgument(f"SmolVLA: the VLM {name!r} is neither a local directory with a config.json nor "
-                          f"{PUBLISHED_VLM}; put its config.json in the checkpoint as vlm_config.json")
-
-
-def tokenizer_file(ckpt: LeRobotCheckpoint, settings: TokenizerSettings) -> Path | None:
-    """``tokenizer.json`` in the checkpoint, else in the local tokenizer directory; None if neither."""
-    for candidate in (ckpt.path / "tokenizer.json", Path(settings.name).expanduser() / "tokenizer.json"):
-        if candidate.is_file():
-            return candidate
-    return None
-
 
 def build_smolvla(ckpt: LeRobotCheckpoint, instruction: str = "") -> SmolVLAPolicy:
     """Our SmolVLA for a checkpoint (weights not yet loaded)."""
