@@ -126,6 +126,26 @@ def time_ours(directory: Path, obs: dict, device: torch.device, dtype: torch.dty
     return {"replan": replan, "pop": pop}, capsule
 
 
+def step_row(policy: str, step: str, lerobot_ms: list[float], ours_ms: list[float]) -> dict:
+    """One table row: p50 / p99 of LeRobot's and our step latencies and the p50 speed-up."""
+    row = {"policy": policy, "step": step}
+    for who, xs in (("lerobot", lerobot_ms), ("ours", ours_ms)):
+        row[f"{who}_p50"] = percentile(xs, 50) if xs else float("nan")
+        row[f"{who}_p99"] = percentile(xs, 99) if xs else float("nan")
+    row["speedup_p50"] = row["lerobot_p50"] / row["ours_p50"]
+    return row
+
+
+def step_table(rows: list[dict]) -> list[str]:
+    """Markdown lines of ``step_row`` rows."""
+    lines = ["| policy | step | LeRobot p50 | LeRobot p99 | ours p50 | ours p99 | speed-up (p50) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['policy']} | {r['step']} | {r['lerobot_p50']:.3f} | {r['lerobot_p99']:.3f} | "
+                     f"{r['ours_p50']:.3f} | {r['ours_p99']:.3f} | {r['speedup_p50']:.1f}x |")
+    return lines
+
+
 def capsule_times(engine, device: torch.device, copy_bytes: int, reps: int = 50) -> dict:
     """Median ``snapshot`` / ``restore`` of the engine's state vs one device copy of ``copy_bytes`` (ms)."""
     snap, rest, floor = [], [], []
@@ -189,21 +209,12 @@ def main() -> None:
                 for phase in ("replan", "pop"):
                     if not ours[phase] and not ref[phase]:
                         continue
-                    row = {"policy": name, "step": phase}
-                    for who, xs in (("lerobot", ref[phase]), ("ours", ours[phase])):
-                        row[f"{who}_p50"] = percentile(xs, 50) if xs else float("nan")
-                        row[f"{who}_p99"] = percentile(xs, 99) if xs else float("nan")
-                    row["speedup_p50"] = row["lerobot_p50"] / row["ours_p50"]
+                    row = step_row(name, phase, ref[phase], ours[phase])
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                 print(json.dumps({name: capsule}), flush=True)
     lines = ["# LeRobot policies: our captured step vs LeRobot eager select_action", "",
-             f"Machine: {machine(device)}. {steps} steps per row set; latency in ms.", "",
-             "| policy | step | LeRobot p50 | LeRobot p99 | ours p50 | ours p99 | speed-up (p50) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        lines.append(f"| {r['policy']} | {r['step']} | {r['lerobot_p50']:.3f} | {r['lerobot_p99']:.3f} | "
-                     f"{r['ours_p50']:.3f} | {r['ours_p99']:.3f} | {r['speedup_p50']:.1f}x |")
+             f"Machine: {machine(device)}. {steps} steps per row set; latency in ms.", "", *step_table(rows)]
     lines += ["", "| policy | state bytes | snapshot ms | restore ms | copy floor ms |", "| --- | --- | --- | --- | --- |"]
     for name, c in capsules.items():
         lines.append(f"| {name} | {c['state_bytes']} | {c['snapshot_ms']:.4f} | {c['restore_ms']:.4f} | "

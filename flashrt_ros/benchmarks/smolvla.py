@@ -36,10 +36,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
-from flashrt_ros.benchmarks.policies import capsule_times, machine  # noqa: E402
+from flashrt_ros.benchmarks.policies import capsule_times, machine, step_row, step_table  # noqa: E402
 from flashrt_ros.benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
-from flashrt_ros.engine.stats import percentile  # noqa: E402
 from flashrt_ros.engine.vla import PlanPopSteps, set_instruction  # noqa: E402
 from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
@@ -155,22 +154,13 @@ def main() -> None:
             capsules[name] = ours["capsule"]
             episodes[name] = {"lerobot_ms": ref["episode_ms"], "ours_ms": ours["episode_ms"]}
             for phase in ("replan", "pop"):
-                row = {"policy": name, "step": phase}
-                for who, xs in (("lerobot", ref[phase]), ("ours", ours[phase])):
-                    row[f"{who}_p50"] = percentile(xs, 50) if xs else float("nan")
-                    row[f"{who}_p99"] = percentile(xs, 99) if xs else float("nan")
-                row["speedup_p50"] = row["lerobot_p50"] / row["ours_p50"]
+                row = step_row(name, phase, ref[phase], ours[phase])
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             print(json.dumps({name: {"episode": episodes[name], "capsule": ours["capsule"]}}), flush=True)
     lines = ["# SmolVLA: captured plan/pop vs LeRobot eager select_action", "",
              f"Machine: {machine(device)}. {'CI sizes (smoke)' if args.smoke else 'published SmolVLM2-500M sizes'}; "
-             f"{samples} samples per step row; latency in ms.", "",
-             "| policy | step | LeRobot p50 | LeRobot p99 | ours p50 | ours p99 | speed-up (p50) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        lines.append(f"| {r['policy']} | {r['step']} | {r['lerobot_p50']:.3f} | {r['lerobot_p99']:.3f} | "
-                     f"{r['ours_p50']:.3f} | {r['ours_p99']:.3f} | {r['speedup_p50']:.1f}x |")
+             f"{samples} samples per step row; latency in ms.", "", *step_table(rows)]
     lines += ["", f"| policy | episode of {steps} steps, LeRobot ms | ours ms | speed-up |", "| --- | --- | --- | --- |"]
     for name, e in episodes.items():
         lines.append(f"| {name} | {e['lerobot_ms']:.1f} | {e['ours_ms']:.1f} | {e['lerobot_ms'] / e['ours_ms']:.1f}x |")
