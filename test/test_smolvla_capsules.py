@@ -214,3 +214,15 @@ def test_bf16_runs_with_bf16_kv_and_stays_near_fp32(engine, tmp_path):
     assert torch.isfinite(low).all() and low.dtype == torch.float32
     print(f"bf16 vs fp32: max relative error {float((low - full).abs().max() / full.abs().max()):.2e}")
     assert (low - full).abs().max() <= 0.06 * full.abs().max()      # measured 2.0e-2 at CI size
+
+
+def test_plan_pop_steps_resample_matches_resample_chunk(engine, tmp_path):
+    from flashrt_ros.engine.vla import PlanPopSteps
+    other = PolicyEngine(tiny_policy(), directory=str(tmp_path / "other"))
+    set_instruction_ids(other, INSTRUCTION)
+    steps = PlanPopSteps(other)
+    steps.step(observation(0))
+    run(engine, 0, 1)
+    steps.resample(4)
+    resample_chunk(engine, 4)
+    assert torch.equal(torch.stack([steps.step(observation(1 + i))[0] for i in range(4)]), run(engine, 1, 4))

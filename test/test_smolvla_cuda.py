@@ -38,6 +38,11 @@ def test_captured_plan_and_pop_replay_eager_and_restore_bit_identically(tmp_path
     graph.capsules.restore("mid")
     again = torch.stack([graph_steps.step(cuda_obs(i))[0] for i in range(7, 17)])
     assert torch.equal(again, rest)
+    # a fork's noise draw through the captured denoising loop
+    graph_steps.resample(3)
+    eager_steps.resample(3)
+    q = graph.policy.QUEUE
+    assert (graph.arena[q] - eager.arena[q]).abs().max() <= 1e-5 * eager.arena[q].abs().max()
 
 
 def test_single_body_capture_with_the_policy_engine(tmp_path):

@@ -14,7 +14,7 @@ one observation become N noise draws at the cost of N denoising loops.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -50,12 +50,20 @@ def _policy(engine):
     return policy
 
 
-def resample_chunk(engine, seed: int, *, timeout: float | None = None) -> None:
-    """Start noise stream ``seed`` and denoise a fresh chunk over the stored prefix (one recorded boundary)."""
+def resample_chunk(engine, seed: int, *, timeout: float | None = None,
+                   denoise: Callable[[], None] | None = None) -> None:
+    """Start noise stream ``seed`` and denoise a fresh chunk over the stored prefix (one recorded boundary).
+
+    ``denoise``: what runs the denoising loop (``PlanPopSteps`` passes its captured graph);
+    default: the policy's ``denoise`` on the engine's arena, eagerly."""
     policy = engine.policy
     if not hasattr(policy, "denoise"):
         raise InvalidArgument(f"{type(policy).__name__} has no prefix to re-draw a chunk from")
     seed = int(seed)
+    if denoise is None:
+        def denoise() -> None:
+            with torch.no_grad():
+                policy.denoise(engine.arena)
 
     def write() -> None:
         if int(engine.arena[policy.PREFIX_LEN].item()) == 0:
@@ -63,8 +71,7 @@ def resample_chunk(engine, seed: int, *, timeout: float | None = None) -> None:
         engine.store.ring.before_step()
         engine.arena[policy.RNG_SEED].fill_(seed)
         engine.arena[policy.PLANS].zero_()
-        with torch.no_grad():
-            policy.denoise(engine.arena)
+        denoise()
         engine.arena[BOUNDARY].add_(1)
         engine.store.ring.record()
 
@@ -81,14 +88,15 @@ class PlanPopSteps:
     graph over the engine's arena (``cuda_graph=True``), sharing a memory pool,
     and the host reads the queue count between steps. Each call is one
     committed boundary through the engine's gate and rollback ring, exactly as
-    ``PolicyEngine.step``. Interim home until the policy engine's own
-    host-decision path lands; the policy contract (``needs_plan`` / ``plan`` /
-    ``pop``) is the one that path reads.
+    ``PolicyEngine.step``. A third graph, the denoising loop alone, serves
+    ``resample`` (a fork's new noise draw over the stored prefix). Interim home
+    until the policy engine's own host-decision path lands; the policy contract
+    (``needs_plan`` / ``plan`` / ``pop``) is the one that path reads.
     """
 
     def __init__(self, engine, *, cuda_graph: bool = False) -> None:
         policy = engine.policy
-        for method in ("needs_plan", "plan", "pop"):
+        for method in ("needs_plan", "plan", "pop", "denoise"):
             if not hasattr(policy, method):
                 raise InvalidArgument(f"{type(policy).__name__} has no {method}(): not a chunked policy")
         from flashrt_ros.engine.graphs import StepRunner
@@ -97,8 +105,9 @@ class PlanPopSteps:
         pool = torch.cuda.graph_pool_handle() if enabled else None
         self.planner = StepRunner(self._plan_body, engine.arena, enabled=enabled, pool=pool)
         self.popper = StepRunner(self._pop_body, engine.arena, enabled=enabled, pool=pool)
-        self.planner.capture()
-        self.popper.capture()
+        self.denoiser = StepRunner(self._denoise_body, engine.arena, enabled=enabled, pool=pool)
+        for runner in (self.planner, self.popper, self.denoiser):
+            runner.capture()
 
     def step(self, observation) -> tuple[torch.Tensor, bool]:
         """One control step; returns ``(action, planned)``. A refused observation changes nothing."""
@@ -117,6 +126,14 @@ class PlanPopSteps:
         if e.device.type == "cuda":
             torch.cuda.synchronize(e.device)
         return action, planned
+
+    def resample(self, seed: int) -> None:
+        """``resample_chunk`` with the captured denoising loop: a new chunk from the stored prefix."""
+        resample_chunk(self.engine, seed, denoise=self.denoiser)
+
+    def _denoise_body(self) -> None:
+        with torch.no_grad():
+            self.policy.denoise(self.engine.arena)
 
     def _plan_body(self) -> None:
         with torch.no_grad():
