@@ -63,9 +63,53 @@ def test_two_seed_equal_episodes_are_bit_identical(engines):
     obs = episode_observations(a.policy, 14, seed=3)
     first = _run(a, obs)
     b.step(obs[0])                    # leave b mid-episode, then start a new episode with the same seed
-    b.capsules.reset()
+    b.capsules.reset(**({} if a.episode_seed is None else {"seed": a.episode_seed}))
     second = _run(b, obs)
     assert all(torch.equal(x, y) for x, y in zip(first, second, strict=True)), name
+
+
+@pytest.mark.parametrize("name", ["act_queue", "diffusion_ddim", "diffusion_ddpm"])
+def test_capsules_right_before_and_after_a_replan_resume_bit_identically(name, tmp_path):
+    """The engine decides replan-or-pop from a host mirror of the queue fill: after a restore
+    or a rollback (which leave the mirror stale) the continuation must still be exact."""
+    engine = PolicyEngine(POLICIES[name](), directory=str(tmp_path))
+    n = engine.policy.action_queue().refill              # steps 0, n, 2n, ... replan
+    episode = episode_observations(engine.policy, 3 * n + 2, seed=6)
+    interruption = episode_observations(engine.policy, n + 1, seed=7)
+    reference = _run(engine, episode)
+    for at in (n, n + 1):                                 # right before / right after the replan of step n
+        engine.capsules.reset(**({} if engine.episode_seed is None else {"seed": engine.episode_seed}))
+        _run(engine, episode[:at])
+        engine.capsules.snapshot(f"at_{at}", overwrite=True)
+        _run(engine, interruption)                        # moves the queue to another fill level
+        engine.capsules.restore(f"at_{at}")
+        resumed = _run(engine, episode[at:])
+        assert all(torch.equal(a, b) for a, b in zip(reference[at:], resumed, strict=True)), (name, at)
+        back = n + 1                                      # back across a replan (ring depth 8 >= n + 1)
+        engine.capsules.rollback(back)
+        again = _run(engine, episode[-back:])
+        assert all(torch.equal(a, b) for a, b in zip(reference[-back:], again, strict=True)), (name, at)
+    engine.close()
+
+
+def test_reset_without_a_seed_draws_a_fresh_reported_seed(tmp_path):
+    engine = PolicyEngine(tiny_diffusion(scheduler="DDPM"), directory=str(tmp_path))
+    configured = engine.episode_seed
+    assert configured == engine.policy.cfg.seed           # a freshly built engine: the configured seed
+    obs = episode_observations(engine.policy, 5, seed=8)
+    seeds, runs = [], []
+    for _ in range(2):
+        engine.capsules.reset()
+        seeds.append(engine.status()["episode_seed"])
+        runs.append(_run(engine, obs))
+    assert seeds[0] != seeds[1] and all(0 <= s < 1 << 63 for s in seeds)
+    assert not torch.equal(runs[0][0], runs[1][0])
+    engine.capsules.reset(seed=seeds[0])                  # the reported seed replays that episode exactly
+    assert all(torch.equal(a, b) for a, b in zip(runs[0], _run(engine, obs), strict=True))
+    with pytest.raises(InvalidArgument, match="int64"):
+        engine.capsules.reset(seed=1 << 63)
+    assert engine.episode_seed == seeds[0]                # a refused reset changes nothing
+    engine.close()
 
 
 def test_diffusion_noise_is_seeded_per_episode(tmp_path):

@@ -98,6 +98,38 @@ def test_diffusion_matches_lerobot_select_action_with_the_same_noise(name, tmp_p
     assert (expected[1:] - expected[:-1]).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_diffusion_matches_lerobot_with_its_noise_supplied_from_outside(name, tmp_path):
+    """No monkey-patching: LeRobot draws its noise from torch's global RNG, seeded before each
+    plan; the same draws reach our engine through the observation (``noise_from_input``)."""
+    case = CASES[name]
+    directory, ref_policy, config = make_diffusion_checkpoint(tmp_path / "ckpt", case)
+    ours = make_policy(f"lerobot:{directory}").noise_from_input()
+    engine = PolicyEngine(ours, directory=str(tmp_path / "capsules"))
+    obs = observations(case_features(case), STEPS, seed=7)
+    pre, post = processors(config, directory)
+    K, horizon, act = ours.noise_shape()
+    ref_policy.reset()
+    plan, expected, actions = 0, [], []
+    with torch.no_grad():
+        for o in obs:
+            noise = torch.zeros(K, horizon, act)
+            if len(ref_policy._queues["action"]) == 0:          # both replan on this step
+                torch.manual_seed(100 + plan)                    # LeRobot's draws, in its order:
+                noise[0] = torch.randn(1, horizon, act)[0]       # the initial sample, then one per
+                for j, step in enumerate(ours.steps):            # DDPM step that adds noise
+                    if step.sigma > 0:
+                        noise[1 + j] = torch.randn(1, horizon, act)[0]
+                torch.manual_seed(100 + plan)
+                plan += 1
+            expected.append(post(ref_policy.select_action(pre({k: v.clone() for k, v in o.items()})))[0])
+            actions.append(engine.step({**o, ours.NOISE: noise.flatten()}))
+    err = max_relative_error(torch.stack(actions), torch.stack(expected))
+    print(f"{name}: max relative error {err:.2e} over {STEPS} steps")
+    assert err <= TOLERANCE, f"{name}: max relative error {err:.3e}"
+    engine.close()
+
+
 def test_center_crop_offsets_round_like_torchvision():
     lerobot()
     import torchvision.transforms.functional as TF

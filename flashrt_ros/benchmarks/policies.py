@@ -1,26 +1,28 @@
-"""LeRobot ACT and Diffusion Policy: our captured step vs LeRobot's eager ``select_action``; capsule times.
+"""LeRobot ACT and Diffusion Policy over whole episodes: our engine vs LeRobot's eager ``select_action``.
 
-Same GPU, same weights (LeRobot builds the policy with seeded random weights and
-saves it; we load that checkpoint directory), fp32 and bf16. Per-step latency
-p50/p99 in milliseconds, replanning steps (a new chunk is predicted) and
-queue-pop steps apart:
+What a robot pays: an episode of ``--steps`` (200) control steps from a reset,
+each step timed host-side up to a synchronisation, ours and LeRobot's episodes
+alternating in one run, same device, same weights (LeRobot builds the policy
+with seeded random weights at ALOHA-ACT and PushT-Diffusion sizes and saves it;
+we load that checkpoint directory), fp32 and bf16. Reported per policy and
+dtype: the median episode time, replanning steps (a new chunk is predicted) and
+queue pops apart (p50 / p99), and the fraction of steps over a 20 ms (50 Hz) period.
 
-* LeRobot: ``select_action`` on a batch already on the GPU and normalised
-  (its pre/post-processors are not timed); a replanning step is forced by
-  ``reset()`` before the call (its queue is then empty); bf16 runs under
-  ``torch.autocast`` (its code creates fp32 tensors internally, so casting
-  the weights alone fails).
-* ours: ``PolicyEngine.step`` with ``cuda_graph=True`` (observation copy into
-  the static inputs, normalisation, the whole step, unnormalisation, boundary
-  commit and the final synchronisation included). The network runs every
-  step by design (the replan-or-pop choice is on the device), so a pop step
-  costs what a replanning step costs.
+* LeRobot: ``select_action`` on a batch already on the device and normalised
+  (its pre/post-processors are not timed); bf16 runs under ``torch.autocast``
+  (its code creates fp32 tensors internally, so casting the weights alone fails).
+* ours: ``PolicyEngine.step`` (observation copy into the static inputs,
+  normalisation, the step, unnormalisation, boundary commit with its rollback
+  record, the final synchronisation), with CUDA graphs on a GPU; bf16 casts the
+  networks (``cast_networks``). The replan-or-pop choice is made on the host.
 * capsules: ``snapshot`` / ``restore`` of the policy state (device tier) vs a
   device-to-device copy of the same bytes, each timed host-side with a
   synchronisation (median).
 
-    python -m flashrt_ros.benchmarks.policies --out docs/benchmarks/policies.md --png docs/benchmarks/policies.png
-    python -m flashrt_ros.benchmarks.policies --smoke        # tiny shapes, CPU allowed: checks the script runs
+    python -m flashrt_ros.benchmarks.policies --out docs/benchmarks/lerobot_policies_h200.md \
+        --png docs/benchmarks/lerobot_policies_h200.png --json docs/benchmarks/lerobot_policies_h200.json
+    python -m flashrt_ros.benchmarks.policies --size cpu --episodes 2   # this CPU, a smaller UNet and camera
+    python -m flashrt_ros.benchmarks.policies --size smoke              # tiny shapes: checks the script runs
 """
 from __future__ import annotations
 
@@ -39,11 +41,15 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
+from flashrt_ros.benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
 from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
 
-def make_checkpoint(kind: str, directory: Path, smoke: bool):
+PERIOD_MS = 20.0          # a 50 Hz controller's step period
+
+
+def make_checkpoint(kind: str, directory: Path, size: str):
     """A LeRobot policy at a realistic size (ALOHA ACT, PushT Diffusion), saved as a checkpoint."""
     from lerobot_reference import lerobot, randomize_, save_checkpoint, image_stats, vector_stats
     lerobot()
@@ -54,9 +60,9 @@ def make_checkpoint(kind: str, directory: Path, smoke: bool):
         from lerobot.policies.act.configuration_act import ACTConfig as Config
         from lerobot.policies.act.modeling_act import ACTPolicy as Policy
         from lerobot.policies.act.processor_act import make_act_pre_post_processors as processors
-        hw, state, action = ((48, 64), 14, 14) if smoke else ((480, 640), 14, 14)
+        hw, state, action = {"smoke": (48, 64), "cpu": (240, 320)}.get(size, (480, 640)), 14, 14
         extra = dict(chunk_size=100, n_action_steps=100, pretrained_backbone_weights=None)
-        if smoke:
+        if size == "smoke":
             extra.update(dim_model=32, n_heads=4, dim_feedforward=64, chunk_size=10, n_action_steps=10)
         camera = "observation.images.top"
     else:
@@ -66,8 +72,10 @@ def make_checkpoint(kind: str, directory: Path, smoke: bool):
         hw, state, action = (96, 96), 2, 2
         extra = dict(n_obs_steps=2, horizon=16, n_action_steps=8, crop_shape=(84, 84), noise_scheduler_type="DDIM",
                      num_train_timesteps=100, num_inference_steps=10, pretrained_backbone_weights=None)
-        if smoke:
+        if size == "smoke":
             extra.update(down_dims=(16, 32), diffusion_step_embed_dim=16, n_groups=4, kernel_size=3)
+        elif size == "cpu":
+            extra.update(down_dims=(128, 256, 512))
         camera = "observation.image"
     inputs = {"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(state,)),
               camera: PolicyFeature(type=FeatureType.VISUAL, shape=(3, *hw))}
@@ -85,74 +93,51 @@ def make_checkpoint(kind: str, directory: Path, smoke: bool):
     return policy.eval(), obs
 
 
-def time_lerobot(policy, obs: dict, device: torch.device, dtype: torch.dtype, steps: int) -> dict:
-    policy = policy.to(device)
-    batch = {k: v.unsqueeze(0).to(device) for k, v in obs.items()}
-    replan, pop = [], []
-    autocast = torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32 and device.type == "cuda")
+def lerobot_will_replan(policy) -> bool:
+    """Whether LeRobot's next ``select_action`` predicts a chunk (its action queue is empty)."""
+    queue = getattr(policy, "_action_queue", None)
+    if queue is None:
+        queue = policy._queues["action"]
+    return len(queue) == 0
+
+
+def lerobot_episode(policy, batches: list[dict], device: torch.device, dtype: torch.dtype, steps: int) -> dict:
+    """One episode from ``reset()``: per-step ms and whether each step replanned."""
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+    times, replans = [], []
     with torch.no_grad(), autocast:
-        for i in range(steps + 3):
-            force = i % 4 == 0
-            if force:
-                policy.reset()
+        t_start = time.perf_counter()
+        policy.reset()
+        for i in range(steps):
+            replans.append(lerobot_will_replan(policy))
             t0 = time.perf_counter()
-            policy.select_action(dict(batch))
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            dt = (time.perf_counter() - t0) * 1e3
-            if i >= 3:
-                (replan if force else pop).append(dt)
-    return {"replan": replan, "pop": pop}
+            policy.select_action(dict(batches[i % len(batches)]))
+            sync(device)
+            times.append((time.perf_counter() - t0) * 1e3)
+        total = (time.perf_counter() - t_start) * 1e3
+    return {"episode_ms": total, "times": times, "replans": replans}
 
 
-def time_ours(directory: Path, obs: dict, device: torch.device, dtype: torch.dtype, steps: int, tmp: Path) -> tuple:
-    policy = load_lerobot_policy(directory, dtype=dtype)
-    engine = PolicyEngine(policy, device=device, cuda_graph=device.type == "cuda", directory=str(tmp))
-    gpu_obs = {k: v.to(device) for k, v in obs.items()}
-    left = getattr(policy, "QUEUE", None)
-    replan, pop = [], []
-    for i in range(steps + 3):
-        empty = True
-        if left is not None:
-            name = policy.LEFT
-            empty = int(engine.arena[name]) == 0          # read between steps (not inside the timed step)
+def our_episode(engine: PolicyEngine, observations: list[dict], steps: int) -> dict:
+    times, replans = [], []
+    t_start = time.perf_counter()
+    engine.capsules.reset()
+    for i in range(steps):
+        replan = engine.next_step_replans()          # host mirror: no device read
+        replans.append(True if replan is None else replan)
         t0 = time.perf_counter()
-        engine.step(gpu_obs)
-        dt = (time.perf_counter() - t0) * 1e3
-        if i >= 3:
-            (replan if empty else pop).append(dt)
-    capsule = {"state_bytes": engine.arena.nbytes, **capsule_times(engine, device, engine.arena.nbytes)}
-    engine.close()
-    return {"replan": replan, "pop": pop}, capsule
+        engine.step(observations[i % len(observations)])
+        times.append((time.perf_counter() - t0) * 1e3)
+    total = (time.perf_counter() - t_start) * 1e3
+    return {"episode_ms": total, "times": times, "replans": replans}
 
 
-def step_row(policy: str, step: str, lerobot_ms: list[float], ours_ms: list[float]) -> dict:
-    """One table row: p50 / p99 of LeRobot's and our step latencies and the p50 speed-up."""
-    row = {"policy": policy, "step": step}
-    for who, xs in (("lerobot", lerobot_ms), ("ours", ours_ms)):
-        row[f"{who}_p50"] = percentile(xs, 50) if xs else float("nan")
-        row[f"{who}_p99"] = percentile(xs, 99) if xs else float("nan")
-    row["speedup_p50"] = row["lerobot_p50"] / row["ours_p50"]
-    return row
-
-
-def step_table(rows: list[dict]) -> list[str]:
-    """Markdown lines of ``step_row`` rows."""
-    lines = ["| policy | step | LeRobot p50 | LeRobot p99 | ours p50 | ours p99 | speed-up (p50) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        lines.append(f"| {r['policy']} | {r['step']} | {r['lerobot_p50']:.3f} | {r['lerobot_p99']:.3f} | "
-                     f"{r['ours_p50']:.3f} | {r['ours_p99']:.3f} | {r['speedup_p50']:.1f}x |")
-    return lines
-
-
-def capsule_times(engine, device: torch.device, copy_bytes: int, reps: int = 50) -> dict:
-    """Median ``snapshot`` / ``restore`` of the engine's state vs one device copy of ``copy_bytes`` (ms)."""
+def capsule_times(engine: PolicyEngine, device: torch.device) -> dict:
     snap, rest, floor = [], [], []
     engine.capsules.snapshot("bench", overwrite=True)
-    src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
+    src = engine.arena.block
     dst = torch.empty_like(src)
-    for _ in range(reps):
+    for _ in range(50):
         t0 = time.perf_counter()
         engine.capsules.snapshot("bench", overwrite=True)
         snap.append((time.perf_counter() - t0) * 1e3)
@@ -161,11 +146,63 @@ def capsule_times(engine, device: torch.device, copy_bytes: int, reps: int = 50)
         rest.append((time.perf_counter() - t0) * 1e3)
         t0 = time.perf_counter()
         dst.copy_(src)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
         floor.append((time.perf_counter() - t0) * 1e3)
-    return {"snapshot_ms": percentile(snap, 50), "restore_ms": percentile(rest, 50),
-            "copy_floor_ms": percentile(floor, 50)}
+    return {"state_bytes": engine.arena.nbytes, "snapshot_ms": percentile(snap, 50),
+            "restore_ms": percentile(rest, 50), "copy_floor_ms": percentile(floor, 50)}
+
+
+def summarize(episodes: list[dict]) -> dict:
+    """Median episode time, replan / pop percentiles and the share of steps over the 20 ms period."""
+    times = [t for e in episodes for t in e["times"]]
+    replan = [t for e in episodes for t, r in zip(e["times"], e["replans"]) if r]
+    pop = [t for e in episodes for t, r in zip(e["times"], e["replans"]) if not r]
+    def pct(xs: list[float], q: float) -> float:
+        return percentile(xs, q) if xs else float("nan")
+    return {"episode_ms": percentile([e["episode_ms"] for e in episodes], 50),
+            "episodes": [round(e["episode_ms"], 3) for e in episodes],
+            "replan_p50_ms": pct(replan, 50), "replan_p99_ms": pct(replan, 99), "replans": len(replan),
+            "pop_p50_ms": pct(pop, 50), "pop_p99_ms": pct(pop, 99), "pops": len(pop),
+            "over_period": sum(t > PERIOD_MS for t in times) / max(len(times), 1)}
+
+
+def compare(kind: str, policy, obs: dict, directory: Path, device: torch.device, dtype: torch.dtype,
+            steps: int, episodes: int, tmp: Path, warmup: int = 1) -> dict:
+    """Alternating episodes (``warmup`` of each first, not counted), LeRobot then ours."""
+    gen = torch.Generator().manual_seed(5)
+    variants = [{k: (v + 0.01 * torch.randn(v.shape, generator=gen)).clamp(0, 1) if v.dim() == 3 else
+                 v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in obs.items()} for _ in range(4)]
+    ours_obs = [{k: v.to(device) for k, v in o.items()} for o in variants]
+    batches = [{k: v.unsqueeze(0) for k, v in o.items()} for o in ours_obs]
+    ref = policy.to(device)
+    engine = PolicyEngine(load_lerobot_policy(directory, dtype=dtype), device=device,
+                          cuda_graph=device.type == "cuda", directory=str(tmp))
+    result: dict = {}
+    try:
+        runs: dict[str, list[dict]] = {"lerobot": [], "ours": []}
+        errors: dict[str, str] = {}
+        for i in range(episodes + warmup):
+            for who in ("lerobot", "ours"):
+                if who in errors:
+                    continue
+                try:
+                    e = (lerobot_episode(ref, batches, device, dtype, steps) if who == "lerobot"
+                         else our_episode(engine, ours_obs, steps))
+                except Exception as exc:           # report, keep measuring the other side
+                    errors[who] = f"{type(exc).__name__}: {exc}"
+                    print(f"{kind} {dtype}: {who} failed: {errors[who]}", flush=True)
+                    continue
+                if i >= warmup:
+                    runs[who].append(e)
+        for who, eps in runs.items():
+            if eps:
+                result[who] = summarize(eps)
+        result["errors"] = errors
+        result["capsule"] = capsule_times(engine, device)
+    finally:
+        engine.close()
+        ref.to("cpu")
+    return result
 
 
 def machine(device: torch.device) -> str:
@@ -177,46 +214,66 @@ def machine(device: torch.device) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--smoke", action="store_true", help="tiny shapes, few steps (CPU allowed)")
+    ap.add_argument("--steps", type=int, default=200, help="control steps per episode")
+    ap.add_argument("--episodes", type=int, default=3, help="timed episodes per side (after one warm-up)")
+    ap.add_argument("--size", choices=("full", "cpu", "smoke"), default="full",
+                    help="full: ALOHA ACT 480x640, PushT Diffusion; cpu: ACT 240x320, UNet (128, 256, 512); "
+                         "smoke: tiny shapes")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed episodes per side first")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--policies", default="act,diffusion")
     ap.add_argument("--out", type=Path, help="markdown table")
-    ap.add_argument("--png", type=Path, help="bar chart of p50 latencies")
+    ap.add_argument("--png", type=Path, help="bar chart of episode times")
     ap.add_argument("--json", type=Path, help="raw numbers")
     args = ap.parse_args()
+    nan = float("nan")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type != "cuda" and not args.smoke:
-        sys.exit("needs a CUDA GPU (use --smoke to check the script on CPU)")
-    steps = 12 if args.smoke else args.steps
-    dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" else [])
-    rows, capsules = [], {}
+    if device.type != "cuda" and args.size == "full":
+        sys.exit("the full size needs a CUDA GPU (use --size cpu or --size smoke on a CPU)")
+    steps = 12 if args.size == "smoke" else args.steps
+    episodes = 1 if args.size == "smoke" else args.episodes
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in ("act", "diffusion"):
+        for kind in args.policies.split(","):
             directory = Path(tmp) / kind
-            policy, obs = make_checkpoint(kind, directory, args.smoke)
+            policy, obs = make_checkpoint(kind, directory, args.size)
             for dtype in dtypes:
                 name = f"{kind} {str(dtype).removeprefix('torch.')}"
-                try:
-                    ref = time_lerobot(policy, obs, device, dtype, steps)
-                except Exception as exc:           # report, keep measuring the other rows
-                    print(f"{name}: LeRobot failed: {type(exc).__name__}: {exc}", flush=True)
-                    ref = {"replan": [], "pop": []}
-                try:
-                    ours, capsule = time_ours(directory, obs, device, dtype, steps, Path(tmp) / f"caps_{kind}_{dtype}")
-                except Exception as exc:
-                    print(f"{name}: ours failed: {type(exc).__name__}: {exc}", flush=True)
-                    continue
-                capsules[name] = capsule
-                for phase in ("replan", "pop"):
-                    if not ours[phase] and not ref[phase]:
-                        continue
-                    row = step_row(name, phase, ref[phase], ours[phase])
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
-                print(json.dumps({name: capsule}), flush=True)
-    lines = ["# LeRobot policies: our captured step vs LeRobot eager select_action", "",
-             f"Machine: {machine(device)}. {steps} steps per row set; latency in ms.", "", *step_table(rows)]
+                results[name] = compare(kind, policy, obs, directory, device, dtype, steps, episodes,
+                                        Path(tmp) / f"caps_{kind}_{dtype}", args.warmup)
+                print(json.dumps({name: results[name]}), flush=True)
+    rows = []
+    for name, r in results.items():
+        lr, ours = r.get("lerobot", {}), r.get("ours", {})
+        rows.append({"policy": name, "episode_lerobot_ms": lr.get("episode_ms", nan),
+                     "episode_ours_ms": ours.get("episode_ms", nan),
+                     "speedup": lr.get("episode_ms", nan) / ours.get("episode_ms", nan),
+                     **{f"{who}_{k}": d.get(k, nan) for who, d in (("lerobot", lr), ("ours", ours))
+                        for k in ("replan_p50_ms", "replan_p99_ms", "pop_p50_ms", "pop_p99_ms", "over_period")},
+                     "errors": r.get("errors", {})})
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (nan, nan, nan)
+    lines = ["# LeRobot policies over whole episodes: our engine vs LeRobot eager select_action", "",
+             f"Machine: {machine(device)}. Size: {args.size}. {steps} steps per episode from a reset, median of "
+             f"{episodes} episodes per side (after {args.warmup} warm-up each), sides alternating; times in ms; load average "
+             f"at the end {load[0]:.2f}.", "",
+             "| policy | episode LeRobot | episode ours | speed-up | replan p50 / p99 LeRobot | replan p50 / p99 ours "
+             "| pop p50 / p99 LeRobot | pop p50 / p99 ours | steps > 20 ms LeRobot / ours |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(
+            f"| {r['policy']} | {r['episode_lerobot_ms']:.1f} | {r['episode_ours_ms']:.1f} | {r['speedup']:.2f}x | "
+            f"{r['lerobot_replan_p50_ms']:.3f} / {r['lerobot_replan_p99_ms']:.3f} | "
+            f"{r['ours_replan_p50_ms']:.3f} / {r['ours_replan_p99_ms']:.3f} | "
+            f"{r['lerobot_pop_p50_ms']:.3f} / {r['lerobot_pop_p99_ms']:.3f} | "
+            f"{r['ours_pop_p50_ms']:.3f} / {r['ours_pop_p99_ms']:.3f} | "
+            f"{100 * r['lerobot_over_period']:.1f} % / {100 * r['ours_over_period']:.1f} % |")
+    failures = [f"{r['policy']}: {who} failed: {err}" for r in rows for who, err in r["errors"].items()]
+    if failures:
+        lines += [""] + [f"- {f}" for f in failures]
     lines += ["", "| policy | state bytes | snapshot ms | restore ms | copy floor ms |", "| --- | --- | --- | --- | --- |"]
-    for name, c in capsules.items():
+    for name, r in results.items():
+        c = r["capsule"]
         lines.append(f"| {name} | {c['state_bytes']} | {c['snapshot_ms']:.4f} | {c['restore_ms']:.4f} | "
                      f"{c['copy_floor_ms']:.4f} |")
     text = "\n".join(lines) + "\n"
@@ -224,23 +281,38 @@ def main() -> None:
     if args.out:
         args.out.write_text(text)
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(device), "rows": rows, "capsules": capsules}, indent=1))
+        args.json.write_text(json.dumps({"machine": machine(device), "size": args.size, "steps": steps,
+                                         "episodes": episodes, "load_average": load, "rows": rows,
+                                         "results": results}, indent=1))
     if args.png:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(9, 4))
-        labels = [f"{r['policy']}\n{r['step']}" for r in rows]
-        x = range(len(rows))
-        ax.bar([i - 0.2 for i in x], [r["lerobot_p50"] for r in rows], 0.4, label="LeRobot select_action (eager)")
-        ax.bar([i + 0.2 for i in x], [r["ours_p50"] for r in rows], 0.4, label="ours (CUDA graph)")
-        ax.set_xticks(list(x), labels, fontsize=7)
-        ax.set_yscale("log")
-        ax.set_ylabel("p50 step latency (ms)")
-        ax.set_title(machine(device), fontsize=8)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.png, dpi=120)
+        plot(rows, machine(device), steps, args.png)
+
+
+def plot(rows: list[dict], title: str, steps: int, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
+    x = range(len(rows))
+    labels = [r["policy"] for r in rows]
+    ax1.bar([i - 0.2 for i in x], [r["episode_lerobot_ms"] for r in rows], 0.4, label="LeRobot select_action (eager)")
+    ax1.bar([i + 0.2 for i in x], [r["episode_ours_ms"] for r in rows], 0.4, label="ours (PolicyEngine)")
+    ax1.set_xticks(list(x), labels, fontsize=8)
+    ax1.set_yscale("log")
+    ax1.set_ylabel(f"episode time, {steps} steps from reset (ms)")
+    ax1.legend(fontsize=8)
+    width = 0.2
+    for j, (key, label) in enumerate((("lerobot_replan_p50_ms", "LeRobot replan"), ("ours_replan_p50_ms", "ours replan"),
+                                      ("lerobot_pop_p50_ms", "LeRobot pop"), ("ours_pop_p50_ms", "ours pop"))):
+        ax2.bar([i + (j - 1.5) * width for i in x], [r[key] for r in rows], width, label=label)
+    ax2.axhline(PERIOD_MS, color="grey", linestyle="--", linewidth=0.8)
+    ax2.set_xticks(list(x), labels, fontsize=8)
+    ax2.set_yscale("log")
+    ax2.set_ylabel("p50 step latency (ms); dashed: 20 ms")
+    ax2.legend(fontsize=7)
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ case ",$PHASES," in *,tests,*)
   timeout "$PT" python3 -m pytest -q -p no:cacheprovider $workers --durations=12 \
     test/test_lerobot_cuda_graph.py test/test_triton_attention.py test/test_triton_gated_deltanet.py test/test_triton_fused_ops.py \
     test/test_models_cuda.py test/test_runtime_cuda.py test/test_hybrid_cuda.py \
-    test/test_engine_cuda_graphs.py test/test_policy_cuda_graph.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
+    test/test_engine_cuda_graphs.py test/test_policy_cuda_graph.py test/test_lerobot_precision.py \
+    test/test_triton_group_norm.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
 esac
 case ",$PHASES," in *,kernels,*)
   python3 -m flashrt_ros.benchmarks.kernel_attention --short 2>&1 | tee "$OUT/kernel_attention_short.txt" ;;
@@ -35,7 +36,7 @@ case ",$PHASES," in *,capsules,*)
   timeout "$PT" python3 -m flashrt_ros.benchmarks.capsules --out "$OUT/capsules.md" 2>&1 ;;
 esac
 case ",$PHASES," in *,policies,*)
-  timeout "$PT" python3 -m flashrt_ros.benchmarks.policies --steps 120 --out "$OUT/lerobot_policies_h200.md" \
+  timeout "$PT" python3 -m flashrt_ros.benchmarks.policies --out "$OUT/lerobot_policies_h200.md" \
     --png "$OUT/lerobot_policies_h200.png" --json "$OUT/lerobot_policies_h200.json" 2>&1 | tee "$OUT/policies_log.txt" ;;
 esac
 case ",$PHASES," in *,smolvla,*)

@@ -80,7 +80,9 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
         from flashrt_ros.engine.policy_engine import PolicyEngine
         from flashrt_ros.models.policies import make_policy
 
-        policy = make_policy(config.policy)
+        # 'auto' keeps policies in float32 (their parity is checked in fp32); an explicit dtype
+        # runs a LeRobot checkpoint's networks in it
+        policy = make_policy(config.policy, torch.float32 if config.dtype == "auto" else dtype)
         if config.policy_instruction:
             if not hasattr(policy, "set_default_instruction"):
                 raise InvalidArgument(f"policy_instruction: {type(policy).__name__} takes no language instruction")

@@ -295,7 +295,7 @@ class LLMEngine:
 
     def _version(self) -> tuple[int, int]:
         """Changes whenever the live state is replaced from outside the running generation."""
-        return self.store.ring.epoch, self.capsules.writes
+        return self.capsules.version()
 
     @contextmanager
     def _driving(self) -> Iterator[None]:

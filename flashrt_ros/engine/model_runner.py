@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from flashrt_ros.engine.graphs import StepRunner, prefill_lengths
+from flashrt_ros.engine.host_mirror import HostMirror
 from flashrt_ros.engine.sampling import greedy_token, sample_token
 from flashrt_ros.engine.state import (HAS_PENDING, LAST_TOKEN, LOGITS, PENDING, RNG_COUNTER, RNG_SEED,
                                       TEMPERATURE, TOKENS, TOP_K, TOP_P)
@@ -58,7 +59,7 @@ class ModelRunner:
             ("decode", True): self._step_runner(lambda: self._decode(True)),
             ("decode", False): self._step_runner(lambda: self._decode(False)),
         }
-        self._host_scalars: tuple[tuple[int, int], tuple[int, int]] | None = None   # (version, scalars)
+        self._scalars = HostMirror(version, self.read_scalars)     # (position, has_pending) on the host
 
     # ------------------------------------------------------------------ bodies
     # Pure tensor code: no host reads, fixed shapes. Safe to capture.
@@ -146,7 +147,7 @@ class ModelRunner:
                 if report is not None and token is not None:
                     report(token)
                 self.commit()
-                self._host_scalars = None if after is None else (self.version(), after)
+                self._scalars.keep(after)
             except BaseException:
                 self.abort_step()
                 raise
@@ -173,12 +174,7 @@ class ModelRunner:
         device-to-host sync. Any write of the state from outside the engine's
         steps changes ``version()`` and so discards the kept values.
         """
-        kept = self._host_scalars
-        if kept is not None and kept[0] == self.version():
-            return kept[1]
-        scalars = self.read_scalars()
-        self._host_scalars = (self.version(), scalars)
-        return scalars
+        return self._scalars.get()
 
     def read_scalars(self) -> tuple[int, int]:
         """``(position, has_pending)`` read from the device now."""

@@ -10,9 +10,22 @@ from another thread (a ROS service) applies only between two steps, never inside
 
 On CUDA the step can be captured once as a CUDA graph (``cuda_graph=True``):
 restore copies bytes into the same addresses, so the graph stays valid.
+
+Replan or pop: a chunking policy (``policy.action_queue()``) runs one of two
+bodies, each its own graph: a replanning step (the whole network) when its
+queue is empty, else a pop (a few small kernels). The engine decides on the
+host from the queue fill it mirrors (``HostMirror``): each step knows how it
+changes the fill, and anything that writes the arena from outside (restore,
+rollback, reset, session switch) makes the engine read it once more.
+
+Noise: ``capsules.reset()`` without a seed starts the episode from a seed drawn
+from the OS (``status()["episode_seed"]`` reports it, so the episode can be
+replayed with ``reset(seed=...)``); a freshly built engine starts from the
+policy's configured seed.
 """
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections import deque
@@ -22,6 +35,7 @@ import torch
 
 import flashrt_ros
 from flashrt_ros.engine.graphs import StepRunner
+from flashrt_ros.engine.host_mirror import HostMirror
 from flashrt_ros.engine.stats import percentile
 from flashrt_ros.models.policies import RNG_SEED, STATE_PREFIX, PolicyModule
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
@@ -84,9 +98,15 @@ class PolicyEngine:
         self._latencies_ns: deque[int] = deque(maxlen=latency_window)
         if cuda_graph and self.device.type != "cuda":
             raise InvalidArgument("cuda_graph=True needs a CUDA device")
-        self._runner = StepRunner(self._step_body, self.arena, enabled=cuda_graph)
-        self._reset_state()
-        self._runner.capture()
+        self._queue = policy.action_queue()
+        pool = torch.cuda.graph_pool_handle() if cuda_graph else None
+        modes: tuple[bool | None, ...] = (None,) if self._queue is None else (True, False)
+        self._runners = {mode: StepRunner(lambda mode=mode: self._step_body(mode), self.arena,
+                                          enabled=cuda_graph, pool=pool) for mode in modes}
+        self._left = HostMirror(self.capsules.version, self._read_left)
+        self._reset_state(seed=None, fresh=False)
+        for runner in self._runners.values():
+            runner.capture()
 
     # --- control --------------------------------------------------------------
     def step(self, observation: Mapping[str, torch.Tensor] | torch.Tensor | Sequence[float]) -> torch.Tensor:
@@ -99,16 +119,37 @@ class PolicyEngine:
         inputs = self._validated(observation)
         t0 = time.perf_counter_ns()
         with self.gate.step():
+            replan = None if self._queue is None else self._left.get() == 0
             self.store.ring.before_step()
-            for name, value in inputs.items():
-                self._inputs[name].copy_(value)
-            self._runner()
+            if replan is not False or self._queue.pop_reads_observation:
+                for name, value in inputs.items():
+                    self._inputs[name].copy_(value, non_blocking=True)
+            try:
+                self._runners[replan]()
+            except BaseException:
+                self._left.keep(None)         # whatever the failed body left: read it again
+                raise
             self.store.ring.record()
+            if replan is not None:
+                self._left.keep((self._queue.refill if replan else self._left.get()) - 1)
             action = self._action.clone()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._latencies_ns.append(time.perf_counter_ns() - t0)
         return action
+
+    def next_step_replans(self) -> bool | None:
+        """Whether the next step plans a new chunk (None: the policy has no action queue).
+
+        From the host mirror of the queue fill: no device read unless the state was
+        written from outside since the last step. Call between steps.
+        """
+        return None if self._queue is None else self._left.get() == 0
+
+    @property
+    def episode_seed(self) -> int | None:
+        """The live episode's noise seed (host read: call between steps); None if the policy draws none."""
+        return int(self.arena[RNG_SEED].item()) if RNG_SEED in self.arena else None
 
     @property
     def position(self) -> int:
@@ -129,7 +170,8 @@ class PolicyEngine:
         return {
             "policy": type(self.policy).__name__,
             "device": str(self.device),
-            "cuda_graph": self._runner.graph is not None,
+            "cuda_graph": all(r.graph is not None for r in self._runners.values()),
+            "episode_seed": self.episode_seed,
             "position": int(self.arena[POSITION].item()),
             "boundary": int(self.arena[BOUNDARY].item()),
             "arena_bytes": self.arena.nbytes,
@@ -167,19 +209,34 @@ class PolicyEngine:
             out[name] = value
         return out
 
-    def _step_body(self) -> None:
-        """Everything a step does on the device: the part captured as a graph."""
+    def _read_left(self) -> int:
+        """The queue fill, read from the arena (only after an outside write: ``HostMirror``)."""
+        return int(self.arena[self._queue.left].item())
+
+    def _step_body(self, replan: bool | None) -> None:
+        """Everything a step does on the device: the part captured as a graph (one per mode)."""
         with torch.no_grad():
-            self._action.copy_(self.policy.step_observation(self._inputs, self.arena))
+            if replan is None:
+                action = self.policy.step_observation(self._inputs, self.arena)
+            else:
+                action = self.policy.step_observation(self._inputs, self.arena, replan=replan)
+            self._action.copy_(action)
             self.arena[POSITION].add_(1)
             self.arena[BOUNDARY].add_(1)
 
-    def _reset_state(self, seed: int | None = None) -> None:
+    def _reset_state(self, seed: int | None = None, *, fresh: bool = True) -> None:
         """Cold start (``engine.capsules.reset(seed=...)``): ``seed`` starts this episode's
-        noise stream there (policies with a ``policy.rng.seed`` buffer); without it the
-        policy's configured seed is used."""
-        if seed is not None and RNG_SEED not in self.arena:
+        noise stream there (policies with a ``policy.rng.seed`` buffer); without it a seed
+        drawn from the OS (``fresh``; the engine's first cold start uses the policy's
+        configured seed instead). ``episode_seed`` reports it. Bad input changes nothing."""
+        noisy = RNG_SEED in self.arena
+        if seed is not None and not noisy:
             raise InvalidArgument(f"{type(self.policy).__name__} draws no noise: it has no {RNG_SEED} to seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                 or not -(1 << 63) <= seed < 1 << 63):
+            raise InvalidArgument(f"seed must be an int64 integer, got {seed!r}")
+        if seed is None and fresh and noisy:
+            seed = int.from_bytes(os.urandom(8), "little") >> 1        # non-negative int64
         self.arena.zero_()
         self.policy.init_state(self.arena)
         if seed is not None:

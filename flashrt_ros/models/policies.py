@@ -20,6 +20,10 @@ Subclass :class:`PolicyModule` and
    ``.item()``, ``.cpu()``, Python ``if`` on tensor values, or boolean-mask
    indexing (they sync and break capture); choose with ``torch.where``;
 4. if a zeroed arena is not your cold state, override ``init_state(arena)``.
+5. a policy that plans chunks and then pops queued actions returns an
+   ``ActionQueue`` from ``action_queue()`` and takes ``replan`` in
+   ``step_observation``: the engine decides replan-or-pop on the host (no
+   device read per step) and runs one body (one captured graph) for each.
 
 Weights are ordinary ``nn.Module`` parameters: they are not state, they enter
 the engine fingerprint instead. See ``docs/policies.md``.
@@ -44,6 +48,32 @@ STATE_PREFIX = "policy."
 RNG_SEED = "policy.rng.seed"
 
 
+@dataclass(frozen=True)
+class ActionQueue:
+    """How a chunking policy's queue fills: the engine keeps ``left`` as a host mirror.
+
+    A step replans when the queue is empty (``left == 0``): it predicts a chunk,
+    puts ``refill`` actions in the queue and pops the first; any other step
+    only pops. So after a step ``left`` is ``(refill if replanned else left) - 1``.
+    """
+
+    left: str       # int64 arena scalar: actions left in the queue
+    refill: int     # actions a replan puts into the queue
+    pop_reads_observation: bool = True   # False: a pop ignores the observation (the engine skips its copy)
+
+
+def pop_queue(queue: Tensor, left: Tensor) -> Tensor:
+    """The next queued action ``queue[n - left]``; ``left`` drops by one (device ops only, no sync).
+
+    The index is clamped into the queue so that a pop on an empty queue (which the
+    engine never runs; graph capture warms the body up on the cold state) reads in bounds.
+    """
+    n = queue.shape[0]
+    action = queue.index_select(0, (n - left).clamp(0, n - 1).view(1))[0]
+    left.sub_(1)
+    return action
+
+
 class PolicyModule(nn.Module):
     """Contract every policy hosted by ``PolicyEngine`` fulfils (see module doc)."""
 
@@ -59,9 +89,18 @@ class PolicyModule(nn.Module):
         """The named inputs of one step (default: one state vector of ``obs_dim``)."""
         return {STATE: FeatureSpec((self.obs_dim,), "state")}
 
-    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> Tensor:
-        """One step from named inputs (shapes as ``input_features``); default: ``step`` on the state."""
+    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
+                         replan: bool | None = None) -> Tensor:
+        """One step from named inputs (shapes as ``input_features``); default: ``step`` on the state.
+
+        ``replan``: for a policy with an ``action_queue()``, whether this step plans a
+        new chunk (True) or pops the queue (False), decided by the engine; else None.
+        """
         return self.step(observation[STATE], arena)
+
+    def action_queue(self) -> ActionQueue | None:
+        """The queue the engine decides replan-or-pop from, or None (every step runs one body)."""
+        return None
 
     def state_specs(self) -> list[BufferSpec]:
         """Every mutable state buffer, names prefixed ``policy.``."""
@@ -280,14 +319,17 @@ REFERENCE_POLICIES = {"gru": GRUPolicy, "transformer": ChunkedTransformerPolicy}
 LEROBOT_PREFIX = "lerobot:"
 
 
-def make_policy(spec: str) -> PolicyModule:
+def make_policy(spec: str, dtype: torch.dtype = torch.float32) -> PolicyModule:
     """``'gru'``, ``'transformer'``, ``'lerobot:<checkpoint dir>'`` (ACT, Diffusion Policy), or
-    ``'package.module:factory'`` (a callable returning a PolicyModule)."""
+    ``'package.module:factory'`` (a callable returning a PolicyModule).
+
+    ``dtype`` applies to LeRobot checkpoints (float32, bfloat16, float16); the others are float32.
+    """
     if spec in REFERENCE_POLICIES:
         return REFERENCE_POLICIES[spec]()
     if spec.startswith(LEROBOT_PREFIX):
         from flashrt_ros.models.lerobot import load_lerobot_policy
-        return load_lerobot_policy(spec[len(LEROBOT_PREFIX):])
+        return load_lerobot_policy(spec[len(LEROBOT_PREFIX):], dtype=dtype)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise InvalidArgument(f"policy {spec!r}: use one of {sorted(REFERENCE_POLICIES)}, "

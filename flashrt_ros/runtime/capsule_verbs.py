@@ -45,6 +45,12 @@ class CapsuleVerbs:
         self._cold_start = cold_start
         self.writes = 0                         # bumped by verbs that replace the live state
 
+    def version(self) -> tuple[int, int]:
+        """Changes whenever the live state is replaced from outside the engine's own steps
+        (restore, rollback, reset, session switch; a new rollback timeline): host copies of
+        arena scalars (``engine.host_mirror``) compare it to know they are stale."""
+        return self.store.ring.epoch, self.writes
+
     # --- verbs on the live state (at a boundary) ------------------------------
     def snapshot(self, name: str, *, session: str | None = None, tier: str | None = None,
                  pinned: bool = False, overwrite: bool = False, timeout: float | None = None) -> CapsuleSummary:

@@ -18,12 +18,35 @@ from flashrt_ros.runtime.errors import InvalidArgument
 SUPPORTED_TYPES = ("act", "diffusion", "smolvla")
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
 def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32) -> PolicyModule:
-    """The policy stored in a LeRobot checkpoint directory, weights loaded strictly."""
+    """The policy stored in a LeRobot checkpoint directory, weights loaded strictly.
+
+    ``dtype``: float32, or bfloat16 / float16 for the networks' weights (see ``cast_networks``).
+    """
+    if dtype not in (torch.float32, *LOW_PRECISION):
+        raise InvalidArgument(f"dtype {dtype}: use torch.float32, torch.bfloat16 or torch.float16")
     ckpt = read_checkpoint(path)
     policy = build_policy(ckpt)
     load_weights(policy, ckpt)
-    return policy.to(dtype=dtype).eval().requires_grad_(False)
+    return cast_networks(policy, dtype).eval().requires_grad_(False)
+
+
+def cast_networks(policy: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """The networks' weights in ``dtype``; normalisation statistics and fixed weight tables stay fp32.
+
+    Why: an action unnormalised in bf16 keeps ~3 significant digits (a PushT
+    target near 500 px would move by 2 px); the arena state, the diffusion sample
+    and the scheduler arithmetic are fp32 too, so only the networks run in ``dtype``.
+    """
+    policy.to(dtype=dtype)
+    policy.norm.float()
+    for name in ("ensemble_weights", "ensemble_weights_cumsum"):       # ACT's temporal ensembling
+        if hasattr(policy, name):
+            setattr(policy, name, getattr(policy, name).float())
+    return policy
 
 
 def build_policy(ckpt: LeRobotCheckpoint) -> PolicyModule:

@@ -7,9 +7,17 @@ back. Here the module tree and parameter names are LeRobot's (its
 ``model.safetensors`` loads strictly); the observation history, the action
 queue and the noise stream (a counter-based RNG seeded per episode) are arena
 buffers, and the whole denoising loop is unrolled with fixed scheduler
-coefficients, so one step (encode, denoise K times, queue bookkeeping) is one
-CUDA graph. The network runs every step; ``torch.where`` keeps the new chunk
-only when the queue is empty.
+coefficients, so a replanning step (encode, denoise K times, refill the queue)
+is one CUDA graph and a pop (history update, queue pop) another; the engine
+chooses between them on the host (``action_queue``).
+
+Speed at batch 1 (the UNet reads ~1 GB of fp32 weights per denoising step): the
+1-D convolutions read weights stored once in the layout cuDNN wants
+(``layout.lay_out_convs``: no per-call weight transposes), each block's GroupNorm,
+Mish and FiLM or residual add is one fused kernel on CUDA, and the FiLM
+conditioning of all K timesteps is computed in one batch per replan. The
+sample and the scheduler arithmetic stay fp32; with bf16 / fp16 weights only
+the networks run in the low precision.
 
 Noise stream: plan number ``p`` of an episode (the ``p``-th time the queue was
 refilled) draws the initial sample with counter ``c = p * (K + 1)`` and the
@@ -26,12 +34,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs
+from flashrt_ros.models.lerobot.layout import lay_out_convs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
 from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
-from flashrt_ros.models.policies import RNG_SEED, PolicyModule
+from flashrt_ros.models.policies import RNG_SEED, ActionQueue, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
+from flashrt_ros.ops.group_norm import group_norm_mish
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
 
@@ -165,6 +175,15 @@ class SinusoidalPosEmb(nn.Module):
         return torch.cat((emb.sin(), emb.cos()), dim=-1)
 
 
+def gemm_conv1d(conv: nn.Conv1d, x: Tensor) -> Tensor:
+    """``conv(x)`` as one GEMM: im2col copy of ``x`` times the weight flattened as ``(out, k * in)``."""
+    (k,), (stride,), (pad,) = conv.kernel_size, conv.stride, conv.padding
+    w = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, -1)       # a view when laid out (layout.py)
+    cols = F.pad(x, (pad, pad)).unfold(2, k, stride)                       # (B, in, T', k)
+    cols = cols.permute(0, 3, 1, 2).reshape(x.shape[0], k * x.shape[1], -1)
+    return torch.baddbmm(conv.bias.view(1, -1, 1), w.expand(x.shape[0], -1, -1), cols)
+
+
 class Conv1dBlock(nn.Module):
     """Conv1d -> GroupNorm -> Mish (``block.0``, ``block.1`` as in LeRobot)."""
 
@@ -172,8 +191,10 @@ class Conv1dBlock(nn.Module):
         super().__init__()
         self.block = nn.Sequential(nn.Conv1d(cin, cout, k, padding=k // 2), nn.GroupNorm(n_groups, cout), Mish())
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.block(x)
+    def forward(self, x: Tensor, film: Tensor | None = None, film_scale: bool = False,
+                residual: Tensor | None = None) -> Tensor:
+        """conv, then GroupNorm + Mish (+ FiLM, + residual) fused on CUDA (``ops.group_norm``)."""
+        return group_norm_mish(self.block[0](x), self.block[1], film=film, film_scale=film_scale, residual=residual)
 
 
 class ResidualBlock1d(nn.Module):
@@ -187,11 +208,10 @@ class ResidualBlock1d(nn.Module):
         self.conv2 = Conv1dBlock(cout, cout, k, n_groups)
         self.residual_conv = nn.Conv1d(cin, cout, 1) if cin != cout else nn.Identity()
 
-    def forward(self, x: Tensor, cond: Tensor) -> Tensor:
-        out = self.conv1(x)
-        emb = self.cond_encoder(cond).unsqueeze(-1)
-        out = emb[:, :self.out_channels] * out + emb[:, self.out_channels:] if self.film_scale else out + emb
-        return self.conv2(out) + self.residual_conv(x)
+    def forward(self, x: Tensor, film: Tensor) -> Tensor:
+        """``film``: this block's ``cond_encoder`` output for the step, ``(B, C', 1)`` (``ConditionalUnet1d.films``)."""
+        out = self.conv1(x, film=film, film_scale=self.film_scale)
+        return self.conv2(out, residual=self.residual_conv(x))
 
 
 class ConditionalUnet1d(nn.Module):
@@ -222,19 +242,41 @@ class ConditionalUnet1d(nn.Module):
         self.final_conv = nn.Sequential(Conv1dBlock(c.down_dims[0], c.down_dims[0], c.kernel_size),
                                         nn.Conv1d(c.down_dims[0], c.action_dim, 1))
 
-    def forward(self, x: Tensor, timestep: Tensor, global_cond: Tensor) -> Tensor:
+    def residual_blocks(self) -> list[ResidualBlock1d]:
+        """Every FiLM-conditioned block, in the order ``run`` uses them."""
+        blocks = [b for res1, res2, _ in self.down_modules for b in (res1, res2)] + list(self.mid_modules)
+        return blocks + [b for res1, res2, _ in self.up_modules for b in (res1, res2)]
+
+    def films(self, timesteps: Tensor, global_cond: Tensor) -> list[Tensor]:
+        """Each block's FiLM parameters for every timestep at once: ``(K, C', 1)`` per block.
+
+        Why batched: the conditioning depends only on the timestep and the
+        observation, so one replan computes it for its whole schedule in one
+        GEMM per block instead of K.
+        """
+        dtype = global_cond.dtype
+        step = self.diffusion_step_encoder[1:](self.diffusion_step_encoder[0](timesteps).to(dtype))
+        cond = torch.cat([step, global_cond.expand(timesteps.shape[0], -1)], dim=-1)
+        return [block.cond_encoder(cond).unsqueeze(-1) for block in self.residual_blocks()]
+
+    def run(self, x: Tensor, films: list[Tensor]) -> Tensor:
+        """``(B, T, A)`` -> ``(B, T, A)`` with precomputed FiLM parameters (one ``(B, C', 1)`` per block)."""
         x = x.transpose(1, 2)
-        cond = torch.cat([self.diffusion_step_encoder(timestep), global_cond], dim=-1)
+        film = iter(films)
         skips = []
         for res1, res2, down in self.down_modules:
-            x = res2(res1(x, cond), cond)
+            x = res2(res1(x, next(film)), next(film))
             skips.append(x)
             x = down(x)
         for mid in self.mid_modules:
-            x = mid(x, cond)
+            x = mid(x, next(film))
         for res1, res2, up in self.up_modules:
-            x = up(res2(res1(torch.cat((x, skips.pop()), dim=1), cond), cond))
+            x = up(res2(res1(torch.cat((x, skips.pop()), dim=1), next(film)), next(film)))
         return self.final_conv(x).transpose(1, 2)
+
+    def forward(self, x: Tensor, timestep: Tensor, global_cond: Tensor) -> Tensor:
+        """LeRobot's signature: one timestep ``(B,)`` and ``global_cond (B, G)``."""
+        return self.run(x, self.films(timestep, global_cond))
 
 
 class DiffusionNet(nn.Module):
@@ -282,6 +324,7 @@ class DiffusionPolicy(PolicyModule):
     LEFT = "policy.diffusion.queue_left"
     RNG_SEED = RNG_SEED
     PLANS = "policy.rng.plans"
+    NOISE = "noise.diffusion"     # input feature after ``noise_from_input()``: a plan's draws, flattened
 
     def __init__(self, cfg: DiffusionConfig, ckpt: LeRobotCheckpoint | None = None) -> None:
         super().__init__()
@@ -297,10 +340,39 @@ class DiffusionPolicy(PolicyModule):
                                    beta_start=cfg.beta_start, beta_end=cfg.beta_end)
         self.register_buffer("timesteps", torch.tensor([s.timestep for s in self.steps]), persistent=False)
         self.norm = PolicyNormalization(ckpt)
+        self.noise_input = False
+        self.lay_out_weights = True     # False: keep torch's default layout (the profile's ablation)
+
+    def _apply(self, fn, recurse: bool = True):
+        """``.to()`` and friends, then the UNet's conv weights laid out for the new device (``layout``)."""
+        super()._apply(fn, recurse)
+        if self.lay_out_weights:
+            lay_out_convs(self.diffusion.unet, conv1d=True)
+        return self
+
+    def noise_from_input(self) -> DiffusionPolicy:
+        """Take each plan's noise from the observation instead of the counter RNG (call before building the engine).
+
+        Why: parity with another implementation (LeRobot draws from torch's global
+        RNG). The observation then carries ``NOISE``: ``(K + 1) * horizon * A``
+        values, row 0 the initial sample and row ``1 + j`` the DDPM variance noise
+        of reverse step ``j`` (unused where that step adds none), read on
+        replanning steps only. The noise is an input, not state: replaying an
+        episode from a capsule needs the same inputs, as with any observation.
+        """
+        self.noise_input = True
+        return self
+
+    def noise_shape(self) -> tuple[int, int, int]:
+        """``(K + 1, horizon, action_dim)``: the draws of one plan."""
+        return len(self.steps) + 1, self.cfg.horizon, self.cfg.action_dim
 
     # --- contract -------------------------------------------------------------------
     def input_features(self) -> dict[str, FeatureSpec]:
-        return feature_specs(self.cfg)
+        features = feature_specs(self.cfg)
+        if self.noise_input:
+            features[self.NOISE] = FeatureSpec((math.prod(self.noise_shape()),), "state")
+        return features
 
     def config(self) -> dict:
         return {"type": "diffusion", **{k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.cfg).items()}}
@@ -338,19 +410,35 @@ class DiffusionPolicy(PolicyModule):
         counter = plan * (len(self.steps) + 1) + draw
         return normal(seed, counter, c.horizon * c.action_dim).view(c.horizon, c.action_dim)
 
-    def denoise(self, global_cond: Tensor, seed: Tensor, plan: Tensor) -> Tensor:
-        """The K-step reverse process from this plan's noise: normalised actions ``(horizon, A)``."""
+    def denoise(self, global_cond: Tensor, seed: Tensor, plan: Tensor, supplied: Tensor | None = None) -> Tensor:
+        """The K-step reverse process from this plan's noise: normalised actions ``(horizon, A)``, fp32.
+
+        ``supplied``: the plan's draws ``noise_shape()`` from outside (``noise_from_input``),
+        else the counter RNG's. The sample and the scheduler arithmetic are fp32
+        whatever the weights' dtype; only the UNet runs in it.
+        """
         c = self.cfg
         dtype = global_cond.dtype
-        x = self.noise(seed, plan, 0).to(dtype).unsqueeze(0)
+        unet = self.diffusion.unet
+        films = unet.films(self.timesteps, global_cond)
+        def draw(i: int) -> Tensor:
+            return (self.noise(seed, plan, i) if supplied is None else supplied[i].float()).unsqueeze(0)
+        x = draw(0)
         clip = c.clip_sample_range if c.clip_sample else None
         for j, coeffs in enumerate(self.steps):
-            out = self.diffusion.unet(x, self.timesteps[j:j + 1], global_cond)
-            z = self.noise(seed, plan, 1 + j).to(dtype).unsqueeze(0) if coeffs.sigma > 0 else None
+            out = unet.run(x.to(dtype), [f[j:j + 1] for f in films]).float()
+            z = draw(1 + j) if coeffs.sigma > 0 else None
             x = reverse_step(c.noise_scheduler_type, c.prediction_type, coeffs, out, x, z, clip)
         return x[0]
 
-    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> Tensor:
+    def action_queue(self) -> ActionQueue:
+        return ActionQueue(self.LEFT, self.cfg.n_action_steps)
+
+    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
+                         replan: bool | None = None) -> Tensor:
+        """Update the observation history; on a replanning step plan a chunk into the queue; pop it."""
+        if replan is None:
+            raise InvalidArgument("Diffusion Policy: the caller decides replan (see action_queue)")
         c = self.cfg
         dtype = self.diffusion.unet.final_conv[1].weight.dtype
         started = arena[self.STARTED].bool()
@@ -363,17 +451,18 @@ class DiffusionPolicy(PolicyModule):
         for k, x in latest.items():                       # LeRobot fills the history with copies at first
             buf = arena[self.HIST_PREFIX + k]
             buf.copy_(torch.where(started, torch.cat([buf[1:], x.unsqueeze(0)]), x.unsqueeze(0).expand_as(buf)))
-            hist[k] = buf.to(dtype)
+            hist[k] = buf
         arena[self.STARTED].fill_(1)
 
         queue, left, plans = arena[self.QUEUE], arena[self.LEFT], arena[self.PLANS]
-        cond = self.diffusion.global_cond(hist["state"], hist.get("images"), hist.get("env"))
-        chunk = self.denoise(cond, arena[self.RNG_SEED], plans).to(torch.float32)
-        start = c.n_obs_steps - 1
-        empty = left == 0
-        queue.copy_(torch.where(empty, chunk[start:start + c.n_action_steps], queue))
-        plans.add_(empty.to(torch.int64))
-        left.copy_(torch.where(empty, torch.full_like(left, c.n_action_steps), left))
-        action = queue.index_select(0, (c.n_action_steps - left).view(1))[0]
-        left.sub_(1)
-        return self.norm.action(action)
+        if replan:
+            images, env = hist.get("images"), hist.get("env")
+            cond = self.diffusion.global_cond(hist["state"].to(dtype), None if images is None else images.to(dtype),
+                                              None if env is None else env.to(dtype))
+            supplied = observation[self.NOISE].view(self.noise_shape()) if self.noise_input else None
+            chunk = self.denoise(cond, arena[self.RNG_SEED], plans, supplied)
+            start = c.n_obs_steps - 1
+            queue.copy_(chunk[start:start + c.n_action_steps])
+            plans.add_(1)
+            left.fill_(c.n_action_steps)
+        return self.norm.action(pop_queue(queue, left))
