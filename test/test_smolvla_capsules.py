@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.engine.vla import resample_chunk, set_instruction_ids
+from flashrt_ros.engine.vla import set_instruction_ids
 from flashrt_ros.models.lerobot.smolvla import SmolVLAConfig, SmolVLAPolicy
 from flashrt_ros.models.lerobot.smolvla_net import VLMSizes
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -104,14 +104,14 @@ def test_fork_into_noise_seeds_reuses_the_prefix_and_shares_nothing(engine):
     engine.capsules.verify("prefix")                       # records its hashes (CPU/device tier: none yet)
     for seed in (1, 2, 3):
         engine.capsules.restore(f"seed{seed}")
-        resample_chunk(engine, seed)                       # no VLM run: denoise over the stored prefix
+        engine.redraw(seed)                                # no VLM run: denoise over the stored prefix
         assert torch.equal(engine.arena[f"{engine.policy.KEY}0"], kv_before)
         draws[seed] = run(engine, 1, 4)
         engine.capsules.snapshot(f"seed{seed}", overwrite=True)
     assert not torch.equal(draws[1], draws[2]) and not torch.equal(draws[2], draws[3])
     # seed 1 again from the untouched prefix: the same draw; its own capsule moved on alone
     engine.capsules.restore("prefix")
-    resample_chunk(engine, 1)
+    engine.redraw(1)
     assert torch.equal(run(engine, 1, 4), draws[1])
     report = engine.capsules.verify("prefix")              # the forks' runs never wrote the source's bytes
     assert report.ok and report.verified and not report.hashed_now
@@ -144,41 +144,66 @@ def test_rollback_undoes_an_instruction(engine):
     run(engine, 0, 3)
     before = engine.arena[engine.policy.LANG].clone()
     set_instruction_ids(engine, [42])
+    assert engine.next_step_replans()                      # mid-chunk: the new instruction empties the queue
     engine.capsules.rollback(1)
     assert torch.equal(engine.arena[engine.policy.LANG], before)
+    assert not engine.next_step_replans()                  # the chunk in progress is back
 
 
-def test_bad_instruction_and_resample_before_any_prefix_are_refused(engine):
+def test_bad_instruction_and_redraw_before_any_prefix_are_refused(engine):
+    boundary = engine.status()["boundary"]
     with pytest.raises(InvalidArgument, match="at most"):
         set_instruction_ids(engine, list(range(20)))
     with pytest.raises(InvalidArgument, match="in \\[0, 512\\)"):
         set_instruction_ids(engine, [600])
-    with pytest.raises(InvalidArgument, match="no prefix"):
-        resample_chunk(engine, 3)
+    with pytest.raises(InvalidArgument, match="nothing to redraw"):
+        engine.redraw(3)
+    with pytest.raises(InvalidArgument, match="int64"):
+        engine.redraw(1 << 63)
     assert int(engine.arena[engine.policy.LANG_LEN]) == len(INSTRUCTION)
+    assert engine.status()["boundary"] == boundary
 
 
-def test_eager_step_matches_the_single_body_where_form(engine):
-    """The fixed body a one-graph engine captures (plan every step, keep it when the queue is empty)
-    gives the same actions as the host decision."""
-    other = PolicyEngine(tiny_policy(), directory=None)
-    set_instruction_ids(other, INSTRUCTION)
-    policy = other.policy
-    policy.step_observation = lambda obs, arena: policy._step_where(obs, arena)    # what capture would run
-    assert torch.equal(run(other, 0, 11), run(engine, 0, 11))
+def test_pops_do_not_run_the_vlm_or_the_expert(engine):
+    """The engine's host choice: a replanning step runs the vision encoder, the VLM and the expert;
+    a pop runs none of them (counted by forward hooks, not timed)."""
+    model = engine.policy.model.vlm_with_expert
+    calls = {"vision": 0, "vlm": 0, "expert": 0}
+    for what, module in (("vision", model.vlm.model.vision_model),
+                         ("vlm", model.vlm.model.text_model.layers[0].input_layernorm),
+                         ("expert", model.lm_expert.layers[0].input_layernorm)):
+        module.register_forward_hook(lambda *_, what=what: calls.__setitem__(what, calls[what] + 1))
+    replans = []
+    for i in range(11):
+        replans.append(engine.next_step_replans())
+        before = dict(calls)
+        engine.step(observation(i))
+        ran = {k: calls[k] > before[k] for k in calls}
+        assert ran == dict.fromkeys(calls, replans[-1]), (i, ran)
+    assert replans == [i % 5 == 0 for i in range(11)]       # chunks of n_action_steps = 5
+    assert calls["vision"] == calls["vlm"] == 3
+    assert engine.position == 11
+    engine.capsules.rollback(2)
+    assert engine.position == 9 and not engine.next_step_replans()
 
 
-def test_plan_pop_steps_match_the_engine_step_and_commit_boundaries(engine, tmp_path):
-    from flashrt_ros.engine.vla import PlanPopSteps
-    other = PolicyEngine(tiny_policy(), directory=str(tmp_path / "other"))
-    set_instruction_ids(other, INSTRUCTION)
-    steps = PlanPopSteps(other)
-    results = [steps.step(observation(i)) for i in range(11)]
-    assert [planned for _, planned in results] == [i % 5 == 0 for i in range(11)]
-    assert torch.equal(torch.stack([a for a, _ in results]), run(engine, 0, 11))
-    assert other.position == 11
-    other.capsules.rollback(2)
-    assert other.position == 9
+def test_redraw_is_the_first_chunk_of_that_seed_over_the_stored_prefix(engine, tmp_path):
+    reference = PolicyEngine(tiny_policy(), directory=str(tmp_path / "ref"))
+    set_instruction_ids(reference, INSTRUCTION)
+    reference.capsules.reset(seed=4)
+    expected = run(reference, 0, 5)                         # one chunk planned over observation 0
+    engine.capsules.reset(seed=9)
+    run(engine, 0, 2)                                       # the prefix of observation 0, seed 9's chunk
+    calls = []
+    engine.policy.model.vlm_with_expert.vlm.model.vision_model.register_forward_hook(lambda *_: calls.append(1))
+    engine.redraw(4)
+    assert not calls and engine.position == 2 and engine.episode_seed == 4
+    assert not engine.next_step_replans()
+    engine.capsules.rollback(1)                             # one boundary: undone
+    assert engine.episode_seed == 9 and engine.position == 2
+    engine.redraw(4)
+    assert torch.equal(run(engine, 50, 5), expected)        # pops: the observation is not read
+    assert engine.next_step_replans() and not calls
 
 
 def test_planned_actions_are_the_next_actions_of_the_queue(engine):
@@ -189,7 +214,7 @@ def test_planned_actions_are_the_next_actions_of_the_queue(engine):
     assert engine.policy.planned_actions(engine.arena).shape == (0, 3)
 
 
-def test_plan_and_pop_read_nothing_on_the_host(engine, monkeypatch):
+def test_step_bodies_and_redraw_read_nothing_on_the_host(engine, monkeypatch):
     """What a captured body must not do (a host read syncs and breaks capture): checked on CPU."""
     policy, arena = engine.policy, engine.arena
     obs = observation(0)
@@ -199,11 +224,13 @@ def test_plan_and_pop_read_nothing_on_the_host(engine, monkeypatch):
     with torch.no_grad():
         for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
             monkeypatch.setattr(torch.Tensor, name, host_read)
-        policy.plan(obs, arena)
-        policy.pop(arena)
-        policy._step_where(obs, arena)
+        policy.step_observation(obs, arena, replan=True)
+        policy.step_observation(obs, arena, replan=False)
+        left = arena[policy.LEFT].clone()
+        policy.redraw_chunk(arena)
         monkeypatch.undo()
-    assert int(arena[policy.LEFT]) == policy.cfg.n_action_steps - 2
+    assert int(left) == policy.cfg.n_action_steps - 2
+    assert int(arena[policy.LEFT]) == policy.cfg.n_action_steps
 
 
 def test_bf16_runs_with_bf16_kv_and_stays_near_fp32(engine, tmp_path):
@@ -214,15 +241,3 @@ def test_bf16_runs_with_bf16_kv_and_stays_near_fp32(engine, tmp_path):
     assert torch.isfinite(low).all() and low.dtype == torch.float32
     print(f"bf16 vs fp32: max relative error {float((low - full).abs().max() / full.abs().max()):.2e}")
     assert (low - full).abs().max() <= 0.06 * full.abs().max()      # measured 2.0e-2 at CI size
-
-
-def test_plan_pop_steps_resample_matches_resample_chunk(engine, tmp_path):
-    from flashrt_ros.engine.vla import PlanPopSteps
-    other = PolicyEngine(tiny_policy(), directory=str(tmp_path / "other"))
-    set_instruction_ids(other, INSTRUCTION)
-    steps = PlanPopSteps(other)
-    steps.step(observation(0))
-    run(engine, 0, 1)
-    steps.resample(4)
-    resample_chunk(engine, 4)
-    assert torch.equal(torch.stack([steps.step(observation(1 + i))[0] for i in range(4)]), run(engine, 1, 4))

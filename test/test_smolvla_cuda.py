@@ -1,4 +1,4 @@
-"""SmolVLA on CUDA: plan and pop captured as graphs over the arena; parity with LeRobot at the published size.
+"""SmolVLA on CUDA: the engine's replan, pop and redraw graphs over the arena; parity with LeRobot at the published size.
 
 GPU only (each test skips on a machine without CUDA, saying so).
 """
@@ -9,7 +9,7 @@ import torch
 
 from test_smolvla_capsules import INSTRUCTION, observation, tiny_policy
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.engine.vla import PlanPopSteps, set_instruction, set_instruction_ids
+from flashrt_ros.engine.vla import set_instruction, set_instruction_ids
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (graph capture)")
 
@@ -18,42 +18,35 @@ def cuda_obs(i: int) -> dict:
     return {k: v.cuda() for k, v in observation(i).items()}
 
 
-def test_captured_plan_and_pop_replay_eager_and_restore_bit_identically(tmp_path):
-    eager = PolicyEngine(tiny_policy(), device="cuda", directory=str(tmp_path / "e"))
-    graph = PolicyEngine(tiny_policy(), device="cuda", directory=str(tmp_path / "g"))
-    for e in (eager, graph):
-        set_instruction_ids(e, INSTRUCTION)
-    eager_steps, graph_steps = PlanPopSteps(eager), PlanPopSteps(graph, cuda_graph=True)
-    assert graph_steps.planner.graph is not None and graph_steps.popper.graph is not None
-    ref = torch.stack([eager_steps.step(cuda_obs(i))[0] for i in range(17)])
-    first = torch.stack([graph_steps.step(cuda_obs(i))[0] for i in range(7)])
-    graph.capsules.snapshot("mid")
-    for i in range(9):
-        graph_steps.step(cuda_obs(50 + i))
-    graph.capsules.restore("mid")
-    rest = torch.stack([graph_steps.step(cuda_obs(i))[0] for i in range(7, 17)])
-    ours = torch.cat([first, rest])
-    assert (ours - ref).abs().max() <= 1e-5 * ref.abs().max()
-    # the restored graph run replays the uninterrupted graph run exactly
-    graph.capsules.restore("mid")
-    again = torch.stack([graph_steps.step(cuda_obs(i))[0] for i in range(7, 17)])
-    assert torch.equal(again, rest)
-    # a fork's noise draw through the captured denoising loop
-    graph_steps.resample(3)
-    eager_steps.resample(3)
-    q = graph.policy.QUEUE
-    assert (graph.arena[q] - eager.arena[q]).abs().max() <= 1e-5 * eager.arena[q].abs().max()
-
-
-def test_single_body_capture_with_the_policy_engine(tmp_path):
-    """The one-graph engine path (plan every step, ``torch.where``) captures too and agrees."""
+def test_captured_replan_pop_and_redraw_replay_eager_and_restore_bit_identically(tmp_path):
     eager = PolicyEngine(tiny_policy(), device="cuda", directory=str(tmp_path / "e"))
     graph = PolicyEngine(tiny_policy(), device="cuda", cuda_graph=True, directory=str(tmp_path / "g"))
     for e in (eager, graph):
         set_instruction_ids(e, INSTRUCTION)
-    a = torch.stack([eager.step(cuda_obs(i)) for i in range(11)])
-    b = torch.stack([graph.step(cuda_obs(i)) for i in range(11)])
-    assert (a - b).abs().max() <= 1e-5 * a.abs().max()
+    assert graph.status()["cuda_graph"] and not eager.status()["cuda_graph"]   # replan, pop and redraw graphs
+    ref = torch.stack([eager.step(cuda_obs(i)) for i in range(17)])
+    replans, first = [], []
+    for i in range(7):
+        replans.append(graph.next_step_replans())          # the host's choice: replan graph or pop graph
+        first.append(graph.step(cuda_obs(i)))
+    first = torch.stack(first)
+    graph.capsules.snapshot("mid")
+    for i in range(9):
+        graph.step(cuda_obs(50 + i))
+    graph.capsules.restore("mid")
+    rest = torch.stack([graph.step(cuda_obs(i)) for i in range(7, 17)])
+    ours = torch.cat([first, rest])
+    assert replans == [i % 5 == 0 for i in range(7)]
+    assert (ours - ref).abs().max() <= 1e-5 * ref.abs().max()
+    # the restored graph run replays the uninterrupted graph run exactly
+    graph.capsules.restore("mid")
+    again = torch.stack([graph.step(cuda_obs(i)) for i in range(7, 17)])
+    assert torch.equal(again, rest)
+    # a fork's noise draw through the captured denoising loop
+    graph.redraw(3)
+    eager.redraw(3)
+    q = graph.policy.QUEUE
+    assert (graph.arena[q] - eager.arena[q]).abs().max() <= 1e-5 * eager.arena[q].abs().max()
 
 
 def test_published_size_matches_lerobot_on_the_gpu_over_two_chunks(tmp_path):
@@ -80,10 +73,10 @@ def test_published_size_matches_lerobot_on_the_gpu_over_two_chunks(tmp_path):
             expected.append(post(ref.select_action(batch, noise=noise).cpu())[0])
     expected = torch.stack(expected)
     from flashrt_ros.models.policies import make_policy
-    engine = PolicyEngine(make_policy(f"lerobot:{directory}"), device="cuda", directory=str(tmp_path / "caps"))
+    engine = PolicyEngine(make_policy(f"lerobot:{directory}"), device="cuda", cuda_graph=True,
+                          directory=str(tmp_path / "caps"))
     set_instruction(engine, "stack")
-    steps = PlanPopSteps(engine, cuda_graph=True)
-    ours = torch.stack([steps.step({k: v.cuda() for k, v in o.items()})[0].cpu() for o in obs])
+    ours = torch.stack([engine.step({k: v.cuda() for k, v in o.items()}).cpu() for o in obs])
     err = max_relative_error(ours, expected)
     print(f"published size, fp32 on the GPU: max relative error {err:.2e} over 100 steps (2 chunks)")
     assert err <= 1e-3

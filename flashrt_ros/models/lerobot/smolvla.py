@@ -14,11 +14,13 @@ shapes the next action is an arena buffer updated in place:
 - ``policy.rng.seed`` / ``policy.rng.plans``: the flow-matching noise stream
   (plan ``p`` draws its ``(chunk_size, max_action_dim)`` noise with counter ``p``).
 
-A step is ``pop`` when the queue holds actions, ``plan`` (prefill the prefix KV,
-denoise ``num_steps`` Euler steps from the noise, refill the queue) then ``pop``
-when it is empty. ``plan`` and ``pop`` are separate bodies, so an engine can
-capture them as two graphs and decide on the host; ``prefill`` and ``denoise``
-are separate too, so one prefix can be denoised from several noise seeds.
+A step only pops when the queue holds actions; when it is empty it replans
+first (``plan``: prefill the prefix KV, denoise ``num_steps`` Euler steps from
+the noise, refill the queue). The engine makes that choice on the host
+(``action_queue``) and captures the two bodies as two graphs, so a pop never
+runs the VLM. ``prefill`` and ``denoise`` are separate too: ``redraw_chunk``
+denoises the stored prefix from another noise seed (the engine's ``redraw``,
+a third graph), so one prefix serves several noise draws.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.smolvla_checkpoint import (TokenizerSettings, tokenizer_file, tokenizer_settings,
                                                           vlm_sizes)
 from flashrt_ros.models.lerobot.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
-from flashrt_ros.models.policies import RNG_SEED, PolicyModule
+from flashrt_ros.models.policies import RNG_SEED, ActionQueue, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -245,31 +247,29 @@ class SmolVLAPolicy(PolicyModule):
         arena[self.LEFT].zero_()
 
     # --- step --------------------------------------------------------------------------
-    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> Tensor:
-        """Plan when the queue is empty, then pop. Eager: the choice is a host read. Under CUDA-graph
-        capture of one body: the plan runs every step and ``torch.where`` keeps it only when needed."""
-        if _capturing():
-            return self._step_where(observation, arena)
-        if int(arena[self.LEFT].item()) == 0:
-            self.plan(observation, arena)
-        return self.pop(arena)
+    def action_queue(self) -> ActionQueue:
+        """Replan-or-pop on the host; a pop reads no observation; the prefix KV can be redrawn from."""
+        return ActionQueue(self.LEFT, self.cfg.n_action_steps, pop_reads_observation=False,
+                           redraw_context=self.PREFIX_LEN)
 
-    def needs_plan(self, arena: StateArena) -> Tensor:
-        """Device scalar: the queue is empty (the host's replan-or-pop decision)."""
-        return arena[self.LEFT] == 0
+    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
+                         replan: bool | None = None) -> Tensor:
+        """``replan`` (the engine's choice): plan a chunk, then pop; else only pop (no VLM, no expert)."""
+        if replan is None:
+            raise InvalidArgument("SmolVLA: the caller decides replan (see action_queue)")
+        if replan:
+            self.plan(observation, arena)
+        return self.norm.action(pop_queue(arena[self.QUEUE], arena[self.LEFT]))
 
     def plan(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
         """Prefill the prefix KV from the observation and instruction, denoise a chunk, refill the queue."""
         self.prefill(observation, arena)
         self.denoise(arena)
 
-    def pop(self, arena: StateArena) -> Tensor:
-        """The next action of the queue, unnormalised."""
-        n = self.cfg.n_action_steps
-        left = arena[self.LEFT]
-        action = arena[self.QUEUE].index_select(0, (n - left).clamp(0, n - 1).view(1))[0]
-        left.sub_(1)
-        return self.norm.action(action)
+    def redraw_chunk(self, arena: StateArena) -> None:
+        """The noise stream's first chunk over the stored prefix (``PolicyEngine.redraw``; no VLM run)."""
+        arena[self.PLANS].zero_()
+        self.denoise(arena)
 
     def planned_actions(self, arena: StateArena) -> Tensor:
         """The queued actions after the one just taken, unnormalised ``(left, action_dim)`` (host read)."""
@@ -382,23 +382,6 @@ class SmolVLAPolicy(PolicyModule):
                 y = attention(rope(q, cross_positions), k, v, cross_mask, s.text_kv_heads)
             h = layer.finish(h, y)
         return m.action_out_proj(expert.norm(h).to(torch.float32).to(self.dtype)).to(torch.float32)
-
-    def _step_where(self, observation: Mapping[str, Tensor], arena: StateArena) -> Tensor:
-        """One fixed body: plan into temporaries, keep them only when the queue is empty."""
-        empty = self.needs_plan(arena)
-        saved = {n: arena[n].clone() for n in self._plan_outputs()}
-        self.plan(observation, arena)
-        for n, old in saved.items():
-            arena[n].copy_(torch.where(empty, arena[n], old))
-        return self.pop(arena)
-
-    def _plan_outputs(self) -> list[str]:
-        names = [f"{p}{i}" for i in range(self.cfg.num_vlm_layers) for p in (self.KEY, self.VALUE)]
-        return names + [self.PREFIX_LEN, self.QUEUE, self.LEFT, self.PLANS]
-
-
-def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _jsonable(value):
