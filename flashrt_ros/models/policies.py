@@ -23,7 +23,10 @@ Subclass :class:`PolicyModule` and
 5. a policy that plans chunks and then pops queued actions returns an
    ``ActionQueue`` from ``action_queue()`` and takes ``replan`` in
    ``step_observation``: the engine decides replan-or-pop on the host (no
-   device read per step) and runs one body (one captured graph) for each.
+   device read per step) and runs one body (one captured graph) for each;
+   one whose replan stores the context its chunk is drawn from (a VLA's prefix
+   KV) also names it (``ActionQueue.redraw_context``) and implements
+   ``redraw_chunk``: the engine's ``redraw(seed)``, a third graph.
 
 Weights are ordinary ``nn.Module`` parameters: they are not state, they enter
 the engine fingerprint instead. See ``docs/policies.md``.
