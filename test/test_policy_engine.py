@@ -225,3 +225,29 @@ def test_policy_from_the_docs_plugs_in_and_resumes_exactly(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(expected, resumed, strict=True))
     after_reset = _interrupted_run(PolicyEngine(_docs_example_policy(), directory=str(tmp_path)), "zeros", "reset")
     assert any(not torch.equal(a, b) for a, b in zip(after_reset, expected))
+
+
+def test_write_state_is_one_boundary_and_a_refused_write_changes_nothing(make_engine):
+    engine = make_engine()
+    for _ in range(3):
+        engine.step(torch.zeros(engine.policy.obs_dim))
+    name = next(n for n in engine.arena if n.startswith("policy."))
+    before = engine.arena.block.clone()
+    boundary = int(engine.arena[BOUNDARY])
+
+    def refuse(arena):
+        raise InvalidArgument("bad value")
+    with pytest.raises(InvalidArgument, match="bad value"):
+        engine.write_state(refuse)
+    assert torch.equal(engine.arena.block, before)
+    engine.write_state(lambda arena: arena[name].fill_(1))
+    assert int(engine.arena[BOUNDARY]) == boundary + 1 and int(engine.arena[POSITION]) == 3
+    engine.capsules.rollback(1)
+    assert torch.equal(engine.arena.block, before)
+
+
+def test_redraw_is_refused_for_a_policy_without_a_redraw_context(make_engine):
+    engine = make_engine()
+    engine.step(torch.zeros(engine.policy.obs_dim))
+    with pytest.raises(InvalidArgument, match="cannot redraw"):
+        engine.redraw(1)

@@ -142,10 +142,12 @@ def our_episode(engine: PolicyEngine, observations: list[dict], steps: int) -> d
     return {"episode_ms": total, "times": times, "replans": replans}
 
 
-def capsule_times(engine: PolicyEngine, device: torch.device) -> dict:
+def capsule_times(engine: PolicyEngine, device: torch.device, copy_bytes: int | None = None) -> dict:
+    """Median ``snapshot`` / ``restore`` of the live state vs one device copy of ``copy_bytes``
+    (default: the whole arena; SmolVLA passes its live bytes, a capsule copies only the live KV rows)."""
     snap, rest, floor = [], [], []
     engine.capsules.snapshot("bench", overwrite=True)
-    src = engine.arena.block
+    src = engine.arena.block[: engine.arena.nbytes if copy_bytes is None else copy_bytes]
     dst = torch.empty_like(src)
     for _ in range(50):
         t0 = time.perf_counter()
@@ -158,8 +160,9 @@ def capsule_times(engine: PolicyEngine, device: torch.device) -> dict:
         dst.copy_(src)
         sync(device)
         floor.append((time.perf_counter() - t0) * 1e3)
-    return {"state_bytes": engine.arena.nbytes, "snapshot_ms": percentile(snap, 50),
-            "restore_ms": percentile(rest, 50), "copy_floor_ms": percentile(floor, 50)}
+    return {"state_bytes": engine.arena.nbytes, "live_bytes": engine.arena.live_nbytes(), "copy_bytes": src.numel(),
+            "snapshot_ms": percentile(snap, 50), "restore_ms": percentile(rest, 50),
+            "copy_floor_ms": percentile(floor, 50)}
 
 
 def summarize(episodes: list[dict]) -> dict:
@@ -176,38 +179,46 @@ def summarize(episodes: list[dict]) -> dict:
             "over_period": sum(t > PERIOD_MS for t in times) / max(len(times), 1)}
 
 
+def observation_variants(obs: dict, device: torch.device, n: int = 4) -> list[dict]:
+    """``n`` slightly perturbed copies of ``obs`` on ``device`` (images stay in [0, 1])."""
+    gen = torch.Generator().manual_seed(5)
+    return [{k: ((v + 0.01 * torch.randn(v.shape, generator=gen)).clamp(0, 1) if v.dim() == 3 else
+                 v + 0.1 * torch.randn(v.shape, generator=gen)).to(device) for k, v in obs.items()}
+            for _ in range(n)]
+
+
+def alternate(name: str, ref, batches: list[dict], engine: PolicyEngine, ours_obs: list[dict],
+              device: torch.device, dtype: torch.dtype, steps: int, episodes: int, warmup: int = 1) -> dict:
+    """Alternating episodes, LeRobot then ours (``warmup`` of each first, not counted): ``summarize``
+    of each side, and the error of a side that failed (the other keeps measuring)."""
+    runs: dict[str, list[dict]] = {"lerobot": [], "ours": []}
+    errors: dict[str, str] = {}
+    for i in range(episodes + warmup):
+        for who in ("lerobot", "ours"):
+            if who in errors:
+                continue
+            try:
+                e = (lerobot_episode(ref, batches, device, dtype, steps) if who == "lerobot"
+                     else our_episode(engine, ours_obs, steps))
+            except Exception as exc:           # report, keep measuring the other side
+                errors[who] = f"{type(exc).__name__}: {exc}"
+                print(f"{name}: {who} failed: {errors[who]}", flush=True)
+                continue
+            if i >= warmup:
+                runs[who].append(e)
+    return {**{who: summarize(eps) for who, eps in runs.items() if eps}, "errors": errors}
+
+
 def compare(kind: str, policy, obs: dict, directory: Path, device: torch.device, dtype: torch.dtype,
             steps: int, episodes: int, tmp: Path, warmup: int = 1) -> dict:
-    """Alternating episodes (``warmup`` of each first, not counted), LeRobot then ours."""
-    gen = torch.Generator().manual_seed(5)
-    variants = [{k: (v + 0.01 * torch.randn(v.shape, generator=gen)).clamp(0, 1) if v.dim() == 3 else
-                 v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in obs.items()} for _ in range(4)]
-    ours_obs = [{k: v.to(device) for k, v in o.items()} for o in variants]
+    """``alternate`` over our engine of the checkpoint and LeRobot's policy; the capsule times."""
+    ours_obs = observation_variants(obs, device)
     batches = [{k: v.unsqueeze(0) for k, v in o.items()} for o in ours_obs]
     ref = policy.to(device)
     engine = PolicyEngine(load_lerobot_policy(directory, dtype=dtype), device=device,
                           cuda_graph=device.type == "cuda", directory=str(tmp))
-    result: dict = {}
     try:
-        runs: dict[str, list[dict]] = {"lerobot": [], "ours": []}
-        errors: dict[str, str] = {}
-        for i in range(episodes + warmup):
-            for who in ("lerobot", "ours"):
-                if who in errors:
-                    continue
-                try:
-                    e = (lerobot_episode(ref, batches, device, dtype, steps) if who == "lerobot"
-                         else our_episode(engine, ours_obs, steps))
-                except Exception as exc:           # report, keep measuring the other side
-                    errors[who] = f"{type(exc).__name__}: {exc}"
-                    print(f"{kind} {dtype}: {who} failed: {errors[who]}", flush=True)
-                    continue
-                if i >= warmup:
-                    runs[who].append(e)
-        for who, eps in runs.items():
-            if eps:
-                result[who] = summarize(eps)
-        result["errors"] = errors
+        result = alternate(f"{kind} {dtype}", ref, batches, engine, ours_obs, device, dtype, steps, episodes, warmup)
         result["capsule"] = capsule_times(engine, device)
     finally:
         engine.close()
@@ -220,6 +231,46 @@ def machine(device: torch.device) -> str:
         p = torch.cuda.get_device_properties(device)
         return f"{p.name} ({p.total_memory / 2**30:.0f} GiB), torch {torch.__version__}, CUDA {torch.version.cuda}"
     return f"CPU only ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs), torch {torch.__version__}"
+
+
+def table_rows(results: dict[str, dict]) -> list[dict]:
+    """One flat row per ``alternate`` result: episode times, speed-up, replan / pop percentiles."""
+    nan = float("nan")
+    rows = []
+    for name, r in results.items():
+        lr, ours = r.get("lerobot", {}), r.get("ours", {})
+        rows.append({"policy": name, "episode_lerobot_ms": lr.get("episode_ms", nan),
+                     "episode_ours_ms": ours.get("episode_ms", nan),
+                     "speedup": lr.get("episode_ms", nan) / ours.get("episode_ms", nan),
+                     **{f"{who}_{k}": d.get(k, nan) for who, d in (("lerobot", lr), ("ours", ours))
+                        for k in ("replan_p50_ms", "replan_p99_ms", "pop_p50_ms", "pop_p99_ms", "over_period")},
+                     "errors": r.get("errors", {})})
+    return rows
+
+
+def table_lines(rows: list[dict], results: dict[str, dict]) -> list[str]:
+    """Markdown: the episode table of ``table_rows``, the failures, the capsule table."""
+    lines = ["| policy | episode LeRobot | episode ours | speed-up | replan p50 / p99 LeRobot | replan p50 / p99 ours "
+             "| pop p50 / p99 LeRobot | pop p50 / p99 ours | steps > 20 ms LeRobot / ours |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(
+            f"| {r['policy']} | {r['episode_lerobot_ms']:.1f} | {r['episode_ours_ms']:.1f} | {r['speedup']:.2f}x | "
+            f"{r['lerobot_replan_p50_ms']:.3f} / {r['lerobot_replan_p99_ms']:.3f} | "
+            f"{r['ours_replan_p50_ms']:.3f} / {r['ours_replan_p99_ms']:.3f} | "
+            f"{r['lerobot_pop_p50_ms']:.3f} / {r['lerobot_pop_p99_ms']:.3f} | "
+            f"{r['ours_pop_p50_ms']:.3f} / {r['ours_pop_p99_ms']:.3f} | "
+            f"{100 * r['lerobot_over_period']:.1f} % / {100 * r['ours_over_period']:.1f} % |")
+    failures = [f"{r['policy']}: {who} failed: {err}" for r in rows for who, err in r["errors"].items()]
+    if failures:
+        lines += [""] + [f"- {f}" for f in failures]
+    lines += ["", "| policy | state bytes | live bytes | snapshot ms | restore ms | copy floor ms | bytes copied |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in results.items():
+        c = r["capsule"]
+        lines.append(f"| {name} | {c['state_bytes']} | {c['live_bytes']} | {c['snapshot_ms']:.4f} | "
+                     f"{c['restore_ms']:.4f} | {c['copy_floor_ms']:.4f} | {c['copy_bytes']} |")
+    return lines
 
 
 def main() -> None:
@@ -253,39 +304,12 @@ def main() -> None:
                 results[name] = compare(kind, policy, obs, directory, device, dtype, steps, episodes,
                                         Path(tmp) / f"caps_{kind}_{dtype}", args.warmup)
                 print(json.dumps({name: results[name]}), flush=True)
-    rows = []
-    for name, r in results.items():
-        lr, ours = r.get("lerobot", {}), r.get("ours", {})
-        rows.append({"policy": name, "episode_lerobot_ms": lr.get("episode_ms", nan),
-                     "episode_ours_ms": ours.get("episode_ms", nan),
-                     "speedup": lr.get("episode_ms", nan) / ours.get("episode_ms", nan),
-                     **{f"{who}_{k}": d.get(k, nan) for who, d in (("lerobot", lr), ("ours", ours))
-                        for k in ("replan_p50_ms", "replan_p99_ms", "pop_p50_ms", "pop_p99_ms", "over_period")},
-                     "errors": r.get("errors", {})})
+    rows = table_rows(results)
     load = os.getloadavg() if hasattr(os, "getloadavg") else (nan, nan, nan)
     lines = ["# LeRobot policies over whole episodes: our engine vs LeRobot eager select_action", "",
              f"Machine: {machine(device)}. Size: {args.size}. {steps} steps per episode from a reset, median of "
              f"{episodes} episodes per side (after {args.warmup} warm-up each), sides alternating; times in ms; load average "
-             f"at the end {load[0]:.2f}.", "",
-             "| policy | episode LeRobot | episode ours | speed-up | replan p50 / p99 LeRobot | replan p50 / p99 ours "
-             "| pop p50 / p99 LeRobot | pop p50 / p99 ours | steps > 20 ms LeRobot / ours |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        lines.append(
-            f"| {r['policy']} | {r['episode_lerobot_ms']:.1f} | {r['episode_ours_ms']:.1f} | {r['speedup']:.2f}x | "
-            f"{r['lerobot_replan_p50_ms']:.3f} / {r['lerobot_replan_p99_ms']:.3f} | "
-            f"{r['ours_replan_p50_ms']:.3f} / {r['ours_replan_p99_ms']:.3f} | "
-            f"{r['lerobot_pop_p50_ms']:.3f} / {r['lerobot_pop_p99_ms']:.3f} | "
-            f"{r['ours_pop_p50_ms']:.3f} / {r['ours_pop_p99_ms']:.3f} | "
-            f"{100 * r['lerobot_over_period']:.1f} % / {100 * r['ours_over_period']:.1f} % |")
-    failures = [f"{r['policy']}: {who} failed: {err}" for r in rows for who, err in r["errors"].items()]
-    if failures:
-        lines += [""] + [f"- {f}" for f in failures]
-    lines += ["", "| policy | state bytes | snapshot ms | restore ms | copy floor ms |", "| --- | --- | --- | --- | --- |"]
-    for name, r in results.items():
-        c = r["capsule"]
-        lines.append(f"| {name} | {c['state_bytes']} | {c['snapshot_ms']:.4f} | {c['restore_ms']:.4f} | "
-                     f"{c['copy_floor_ms']:.4f} |")
+             f"at the end {load[0]:.2f}.", "", *table_lines(rows, results)]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -2,7 +2,8 @@
 # Everything that needs a CUDA GPU, in one go: the GPU tests, kernel and capsule benchmarks, the LLM benchmark.
 # Usage (from the repository root):
 #   flashrt_ros/benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra flashrt-bench args]
-#   PHASES: comma-separated subset of tests,kernels,capsules,policies,sessions,llm (default: tests,capsules,llm)
+#   PHASES: comma-separated subset of tests,kernels,capsules,policies,smolvla,sessions,llm (default: tests,capsules,llm)
+#   smolvla: the SmolVLA GPU tests and benchmark (needs the LeRobot reference wheels, num2words included, in .whl/)
 #   FLASHRT_PHASE_TIMEOUT_S (default 600) bounds each phase, so one slow phase cannot eat the others'.
 # Wheels the GPU image lacks (fla) may be given in .whl/ (installed to /tmp/site).
 set -uo pipefail
@@ -37,6 +38,11 @@ esac
 case ",$PHASES," in *,policies,*)
   timeout "$PT" python3 -m flashrt_ros.benchmarks.policies --out "$OUT/lerobot_policies_h200.md" \
     --png "$OUT/lerobot_policies_h200.png" --json "$OUT/lerobot_policies_h200.json" 2>&1 | tee "$OUT/policies_log.txt" ;;
+esac
+case ",$PHASES," in *,smolvla,*)
+  timeout "$PT" python3 -m pytest -q -p no:cacheprovider -s test/test_smolvla_cuda.py 2>&1 | tee "$OUT/smolvla_gpu_tests.txt"
+  timeout "$PT" python3 -m flashrt_ros.benchmarks.smolvla --out "$OUT/smolvla_h200.md" --json "$OUT/smolvla_h200.json" \
+    2>&1 | tee "$OUT/smolvla_log.txt" ;;
 esac
 case ",$PHASES," in *,sessions,*)
   for model in random-hybrid-tiny random-llama-tiny; do

@@ -83,6 +83,10 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
         # 'auto' keeps policies in float32 (their parity is checked in fp32); an explicit dtype
         # runs a LeRobot checkpoint's networks in it
         policy = make_policy(config.policy, torch.float32 if config.dtype == "auto" else dtype)
+        if config.policy_instruction:
+            if not hasattr(policy, "set_default_instruction"):
+                raise InvalidArgument(f"policy_instruction: {type(policy).__name__} takes no language instruction")
+            policy.set_default_instruction(config.policy_instruction)
         engine = PolicyEngine(policy, device=device, directory=str(directory),
                               rollback_depth=config.rollback_depth, default_tier=config.default_tier,
                               cuda_graph=device.type == "cuda", gate_timeout_s=config.boundary_timeout_s,

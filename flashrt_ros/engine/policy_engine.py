@@ -16,7 +16,11 @@ bodies, each its own graph: a replanning step (the whole network) when its
 queue is empty, else a pop (a few small kernels). The engine decides on the
 host from the queue fill it mirrors (``HostMirror``): each step knows how it
 changes the fill, and anything that writes the arena from outside (restore,
-rollback, reset, session switch) makes the engine read it once more.
+rollback, reset, session switch, ``write_state``) makes the engine read it once more.
+A policy whose replan stores what its chunk is drawn from (a VLA's prefix KV:
+``ActionQueue.redraw_context``) gets a third body, ``redraw(seed)``: a new noise
+draw of the chunk over that context without the observation (a fork's N draws
+at the cost of N denoising loops), its own graph too.
 
 Noise: ``capsules.reset()`` without a seed starts the episode from a seed drawn
 from the OS (``status()["episode_seed"]`` reports it, so the episode can be
@@ -29,7 +33,7 @@ import os
 import tempfile
 import time
 from collections import deque
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -103,10 +107,16 @@ class PolicyEngine:
         modes: tuple[bool | None, ...] = (None,) if self._queue is None else (True, False)
         self._runners = {mode: StepRunner(lambda mode=mode: self._step_body(mode), self.arena,
                                           enabled=cuda_graph, pool=pool) for mode in modes}
+        self._redraw = None
+        if self._queue is not None and self._queue.redraw_context is not None:
+            if RNG_SEED not in self.arena:
+                raise InvalidArgument(f"{type(policy).__name__}: a redraw needs a {RNG_SEED} buffer")
+            self._redraw = StepRunner(self._redraw_body, self.arena, enabled=cuda_graph, pool=pool)
         self._left = HostMirror(self.capsules.version, self._read_left)
         self._reset_state(seed=None, fresh=False)
-        for runner in self._runners.values():
-            runner.capture()
+        for runner in (*self._runners.values(), self._redraw):
+            if runner is not None:
+                runner.capture()
 
     # --- control --------------------------------------------------------------
     def step(self, observation: Mapping[str, torch.Tensor] | torch.Tensor | Sequence[float]) -> torch.Tensor:
@@ -137,6 +147,51 @@ class PolicyEngine:
             torch.cuda.synchronize(self.device)
         self._latencies_ns.append(time.perf_counter_ns() - t0)
         return action
+
+    def write_state(self, write: Callable[[StateArena], None], *, timeout: float | None = None) -> None:
+        """Run ``write(arena)`` between two steps as one committed boundary (``rollback(1)`` undoes it):
+        episode state that is not an observation, e.g. a VLA's instruction (``engine.vla``).
+
+        ``write`` validates before it writes: an exception from it changes nothing. The
+        queue fill is read from the arena again before the next step.
+        """
+        def apply() -> None:
+            self.store.ring.before_step()
+            write(self.arena)
+            self.arena[BOUNDARY].add_(1)
+            self.store.ring.record()
+            self._left.keep(None)
+
+        self.gate.run_at_boundary(apply, timeout=self.capsules.timeout_s if timeout is None else timeout)
+
+    def redraw(self, seed: int, *, timeout: float | None = None) -> None:
+        """Refill the queue with a new chunk drawn from noise stream ``seed`` over the context the
+        last replan stored, without the observation (one committed boundary; captured on CUDA).
+
+        Why: ``fork`` one observation's capsule and redraw each branch with its own seed, and
+        N noise draws cost N denoising loops, not N VLM passes. The chunk is the one an
+        episode seeded ``seed`` would plan first over that context. Needs a policy whose
+        ``action_queue()`` has a ``redraw_context``, and a replan since the last reset.
+        """
+        if self._redraw is None:
+            raise InvalidArgument(f"{type(self.policy).__name__} cannot redraw a chunk: its replan stores "
+                                  "no context to draw from")
+        seed = self._checked_seed(seed)
+
+        def apply() -> None:
+            if int(self.arena[self._queue.redraw_context].item()) == 0:
+                raise InvalidArgument("nothing to redraw from yet: take a step first")
+            self.store.ring.before_step()
+            self.arena[RNG_SEED].fill_(seed)
+            try:
+                self._redraw()
+            except BaseException:
+                self._left.keep(None)
+                raise
+            self.store.ring.record()
+            self._left.keep(self._queue.refill)
+
+        self.gate.run_at_boundary(apply, timeout=self.capsules.timeout_s if timeout is None else timeout)
 
     def next_step_replans(self) -> bool | None:
         """Whether the next step plans a new chunk (None: the policy has no action queue).
@@ -170,7 +225,8 @@ class PolicyEngine:
         return {
             "policy": type(self.policy).__name__,
             "device": str(self.device),
-            "cuda_graph": all(r.graph is not None for r in self._runners.values()),
+            "cuda_graph": all(r.graph is not None for r in (*self._runners.values(), self._redraw)
+                              if r is not None),
             "episode_seed": self.episode_seed,
             "position": int(self.arena[POSITION].item()),
             "boundary": int(self.arena[BOUNDARY].item()),
@@ -224,6 +280,18 @@ class PolicyEngine:
             self.arena[POSITION].add_(1)
             self.arena[BOUNDARY].add_(1)
 
+    def _redraw_body(self) -> None:
+        """The redraw on the device (its own graph): the policy's chunk over the stored context."""
+        with torch.no_grad():
+            self.policy.redraw_chunk(self.arena)
+            self.arena[BOUNDARY].add_(1)
+
+    @staticmethod
+    def _checked_seed(seed: Any) -> int:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not -(1 << 63) <= seed < 1 << 63:
+            raise InvalidArgument(f"seed must be an int64 integer, got {seed!r}")
+        return seed
+
     def _reset_state(self, seed: int | None = None, *, fresh: bool = True) -> None:
         """Cold start (``engine.capsules.reset(seed=...)``): ``seed`` starts this episode's
         noise stream there (policies with a ``policy.rng.seed`` buffer); without it a seed
@@ -232,9 +300,8 @@ class PolicyEngine:
         noisy = RNG_SEED in self.arena
         if seed is not None and not noisy:
             raise InvalidArgument(f"{type(self.policy).__name__} draws no noise: it has no {RNG_SEED} to seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                                 or not -(1 << 63) <= seed < 1 << 63):
-            raise InvalidArgument(f"seed must be an int64 integer, got {seed!r}")
+        if seed is not None:
+            self._checked_seed(seed)
         if seed is None and fresh and noisy:
             seed = int.from_bytes(os.urandom(8), "little") >> 1        # non-negative int64
         self.arena.zero_()

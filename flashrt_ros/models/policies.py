@@ -23,7 +23,10 @@ Subclass :class:`PolicyModule` and
 5. a policy that plans chunks and then pops queued actions returns an
    ``ActionQueue`` from ``action_queue()`` and takes ``replan`` in
    ``step_observation``: the engine decides replan-or-pop on the host (no
-   device read per step) and runs one body (one captured graph) for each.
+   device read per step) and runs one body (one captured graph) for each;
+   one whose replan stores the context its chunk is drawn from (a VLA's prefix
+   KV) also names it (``ActionQueue.redraw_context``) and implements
+   ``redraw_chunk``: the engine's ``redraw(seed)``, a third graph.
 
 Weights are ordinary ``nn.Module`` parameters: they are not state, they enter
 the engine fingerprint instead. See ``docs/policies.md``.
@@ -55,11 +58,17 @@ class ActionQueue:
     A step replans when the queue is empty (``left == 0``): it predicts a chunk,
     puts ``refill`` actions in the queue and pops the first; any other step
     only pops. So after a step ``left`` is ``(refill if replanned else left) - 1``.
+
+    ``redraw_context``: for a policy whose replan stores what the chunk is drawn
+    from (a VLA's prefix KV), the arena scalar that is 0 until a replan stored
+    it; the policy then implements ``redraw_chunk`` and the engine offers
+    ``redraw(seed)``: a new noise draw of the chunk without the observation.
     """
 
     left: str       # int64 arena scalar: actions left in the queue
-    refill: int     # actions a replan puts into the queue
+    refill: int     # actions a replan (and a redraw) puts into the queue
     pop_reads_observation: bool = True   # False: a pop ignores the observation (the engine skips its copy)
+    redraw_context: str | None = None    # int64 arena scalar, 0 while nothing can be redrawn; None: no redraw
 
 
 def pop_queue(queue: Tensor, left: Tensor) -> Tensor:
@@ -101,6 +110,12 @@ class PolicyModule(nn.Module):
     def action_queue(self) -> ActionQueue | None:
         """The queue the engine decides replan-or-pop from, or None (every step runs one body)."""
         return None
+
+    def redraw_chunk(self, arena: StateArena) -> None:
+        """Refill the queue with the first chunk of the noise stream in ``policy.rng.seed`` over the
+        context the last replan stored (no observation; device ops only: one captured graph).
+        Only for an ``action_queue()`` with ``redraw_context``."""
+        raise NotImplementedError
 
     def state_specs(self) -> list[BufferSpec]:
         """Every mutable state buffer, names prefixed ``policy.``."""

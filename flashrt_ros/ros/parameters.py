@@ -31,8 +31,11 @@ PARAMS: tuple[ParamDef, ...] = (
              "to a .gguf file, a Hugging Face Qwen3-Next-style checkpoint directory, or "
              "'random-hybrid-tiny' / 'random-llama-tiny' (tests).", True),
     ParamDef("policy", "gru", "Policy for engine_kind=policy: 'gru', 'transformer', "
-             "'lerobot:<checkpoint dir>' (LeRobot ACT / Diffusion Policy), or "
+             "'lerobot:<checkpoint dir>' (LeRobot ACT / Diffusion Policy / SmolVLA), or "
              "'package.module:Factory' returning a PolicyModule.", True),
+    ParamDef("policy_instruction", "", "Language instruction of a vision-language-action policy "
+             "(SmolVLA), tokenised with its checkpoint's tokenizer: every episode (reset) starts with it. "
+             "Empty: none.", True),
     ParamDef("device", "auto", "Torch device: 'auto' (cuda if available, else cpu), 'cpu', 'cuda', "
              "'cuda:N'.", True),
     ParamDef("dtype", "auto", "Weights/state dtype: 'auto' (LLM: float32 on cpu, bfloat16 on cuda; "
@@ -84,6 +87,7 @@ class NodeConfig:
     engine_kind: str
     model: str
     policy: str
+    policy_instruction: str
     device: str
     dtype: str
     max_context: int

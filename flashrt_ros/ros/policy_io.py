@@ -25,6 +25,12 @@ stepped (its state does not advance); the tick publishes ``hold_command`` (or
 nothing when it is empty) and the state is reported on ``~/status`` and
 ``/diagnostics``; the first fresh tick steps again.
 
+Language instruction (vision-language-action policies, e.g. SmolVLA): a
+``std_msgs/String`` on ``~/instruction`` (reliable, transient local, depth 1) is
+tokenised with the checkpoint's tokenizer and becomes the instruction at the
+next boundary (``flashrt_ros.engine.vla``); a refused one is logged and changes
+nothing.
+
 Outputs: ``std_msgs/Float32MultiArray`` (default ``~/action``),
 ``std_msgs/Float64MultiArray`` (ros2_control forward command controller),
 ``sensor_msgs/JointState`` or ``trajectory_msgs/JointTrajectory`` (the action plus
@@ -45,7 +51,7 @@ from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.subscription import Subscription
 from sensor_msgs.msg import CompressedImage, Image, JointState
-from std_msgs.msg import Float32MultiArray, Float64MultiArray
+from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from flashrt_ros.models.policy_features import ENV_STATE, STATE
@@ -134,6 +140,11 @@ class PolicyIO:
                 msg_type, topic, self._receiver(topic, problem), qos,
                 callback_group=self._input_group,
                 event_callbacks=events if qos.deadline.nanoseconds > 0 else None))
+        if hasattr(engine.policy, "write_instruction"):
+            self._subs.append(node.create_subscription(
+                String, "~/instruction", self._on_instruction,
+                QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL), callback_group=group))
         self._timer = node.create_timer(self.period_s, self._on_timer, callback_group=group)
 
     # --- inputs -----------------------------------------------------------------
@@ -232,6 +243,13 @@ class PolicyIO:
             self._rejections[topic] = reason
             self._node.get_logger().error(f"input {topic} refused: {reason} (counted in "
                                           "rejected_messages on ~/status; logged once)")
+
+    def _on_instruction(self, msg: Any) -> None:
+        from flashrt_ros.engine.vla import set_instruction
+        try:
+            set_instruction(self.stepper.engine, msg.data)
+        except Exception as exc:  # noqa: BLE001 - a bad instruction must not stop the node
+            self._node.get_logger().error(f"instruction refused: {exc}")
 
     def _on_deadline_missed(self, event: Any) -> None:
         self.deadline_misses += 1

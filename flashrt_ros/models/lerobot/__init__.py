@@ -1,4 +1,4 @@
-"""LeRobot checkpoints (ACT, Diffusion Policy) as arena-backed ``PolicyModule``s, without importing LeRobot.
+"""LeRobot checkpoints (ACT, Diffusion Policy, SmolVLA) as arena-backed ``PolicyModule``s, without importing LeRobot.
 
 ``load_lerobot_policy(path)`` reads a checkpoint directory as LeRobot 0.4.x's
 ``save_pretrained`` writes it, builds our model for its ``"type"`` and loads
@@ -15,7 +15,7 @@ from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, read_checkp
 from flashrt_ros.models.policies import PolicyModule
 from flashrt_ros.runtime.errors import InvalidArgument
 
-SUPPORTED_TYPES = ("act", "diffusion")
+SUPPORTED_TYPES = ("act", "diffusion", "smolvla")
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -58,6 +58,9 @@ def build_policy(ckpt: LeRobotCheckpoint) -> PolicyModule:
     if kind == "diffusion":
         from flashrt_ros.models.lerobot.diffusion import DiffusionConfig, DiffusionPolicy
         return DiffusionPolicy(DiffusionConfig.from_checkpoint(ckpt), ckpt)
+    if kind == "smolvla":
+        from flashrt_ros.models.lerobot.smolvla import build_smolvla
+        return build_smolvla(ckpt)
     raise InvalidArgument(f"LeRobot policy type {kind!r} in {ckpt.path}/config.json is not supported "
                           f"(supported: {', '.join(SUPPORTED_TYPES)})")
 
@@ -65,17 +68,23 @@ def build_policy(ckpt: LeRobotCheckpoint) -> PolicyModule:
 def load_weights(policy: torch.nn.Module, ckpt: LeRobotCheckpoint) -> None:
     """Strict load; the error lists what the checkpoint lacks and what it has that we do not expect."""
     expected = set(policy.state_dict())
-    missing = sorted(expected - set(ckpt.weights))
-    unexpected = sorted(set(ckpt.weights) - expected)
+    optional = set(getattr(policy, "OPTIONAL_WEIGHTS", ()))      # present in some checkpoints, never read
+    weights = dict(ckpt.weights)
+    for name, alias in getattr(policy, "TIED_WEIGHTS", {}).items():   # safetensors keeps one name of a tied pair
+        if name not in weights and alias in weights:
+            weights[name] = weights[alias]
+    weights = {k: v for k, v in weights.items() if k not in optional}
+    missing = sorted(expected - set(weights))
+    unexpected = sorted(set(weights) - expected)
     if missing or unexpected:
         raise InvalidArgument(f"{ckpt.path}/model.safetensors does not match its config.json: "
                               f"missing {_few(missing)}, unexpected {_few(unexpected)}")
     ours = policy.state_dict()
-    bad = [k for k, v in ckpt.weights.items() if tuple(v.shape) != tuple(ours[k].shape)]
+    bad = [k for k, v in weights.items() if tuple(v.shape) != tuple(ours[k].shape)]
     if bad:
         raise InvalidArgument(f"{ckpt.path}/model.safetensors: shapes differ from config.json for "
-                              + _few([f"{k} {tuple(ckpt.weights[k].shape)} vs {tuple(ours[k].shape)}" for k in bad]))
-    policy.load_state_dict(ckpt.weights, strict=True)
+                              + _few([f"{k} {tuple(weights[k].shape)} vs {tuple(ours[k].shape)}" for k in bad]))
+    policy.load_state_dict(weights, strict=True)
 
 
 def _few(names: list[str], n: int = 6) -> str:

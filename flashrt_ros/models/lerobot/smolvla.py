@@ -1,0 +1,401 @@
+"""SmolVLA (LeRobot 0.4.x) as an arena-backed ``PolicyModule``: VLM prefix KV, action queue, noise, instruction.
+
+Why: LeRobot keeps a SmolVLA episode in Python (a ``deque`` of actions, the
+prefix ``past_key_values`` dict rebuilt per chunk, noise from torch's global
+RNG), so nothing of it can be captured or brought back. Here every bit that
+shapes the next action is an arena buffer updated in place:
+
+- ``policy.smolvla.kv.{k,v}.<layer>``: the VLM prefix keys (RoPE'd) and values of
+  each layer, ``(P, kv_heads, head_dim)``, valid rows first; the live extent is
+  ``policy.smolvla.prefix_len`` (images + instruction + state tokens), so a
+  capsule copies only the live rows of each layer;
+- ``policy.smolvla.lang_tokens`` / ``lang_len``: the instruction's token ids;
+- ``policy.smolvla.queue`` / ``queue_left``: the chunk being executed (normalised);
+- ``policy.rng.seed`` / ``policy.rng.plans``: the flow-matching noise stream
+  (plan ``p`` draws its ``(chunk_size, max_action_dim)`` noise with counter ``p``).
+
+A step only pops when the queue holds actions; when it is empty it replans
+first (``plan``: prefill the prefix KV, denoise ``num_steps`` Euler steps from
+the noise, refill the queue). The engine makes that choice on the host
+(``action_queue``) and captures the two bodies as two graphs, so a pop never
+runs the VLM. ``prefill`` and ``denoise`` are separate too: ``redraw_chunk``
+denoises the stored prefix from another noise seed (the engine's ``redraw``,
+a third graph), so one prefix serves several noise draws.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs
+from flashrt_ros.models.lerobot.normalize import PolicyNormalization
+from flashrt_ros.models.lerobot.smolvla_checkpoint import (TokenizerSettings, tokenizer_file, tokenizer_settings,
+                                                          vlm_sizes)
+from flashrt_ros.models.lerobot.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
+from flashrt_ros.models.policies import RNG_SEED, ActionQueue, PolicyModule, pop_queue
+from flashrt_ros.models.policy_features import STATE, FeatureSpec
+from flashrt_ros.ops.counter_rng import normal
+from flashrt_ros.runtime.arena import BufferSpec, StateArena
+from flashrt_ros.runtime.errors import InvalidArgument
+
+EMPTY_CAMERA = "observation.images.empty_camera_"
+
+
+@dataclass(frozen=True)
+class SmolVLAConfig:
+    """The fields of LeRobot's ``SmolVLAConfig`` that shape inference, plus the VLM's sizes."""
+
+    state_dim: int
+    env_state_dim: int
+    action_dim: int
+    cameras: tuple[str, ...]
+    image_shape: tuple[int, int, int] | None
+    vlm: VLMSizes = field(default_factory=VLMSizes)
+    chunk_size: int = 50
+    n_action_steps: int = 50
+    max_state_dim: int = 32
+    max_action_dim: int = 32
+    resize_imgs_with_padding: tuple[int, int] | None = (512, 512)
+    tokenizer_max_length: int = 48
+    num_steps: int = 10
+    attention_mode: str = "cross_attn"
+    num_expert_layers: int = -1
+    num_vlm_layers: int = 16
+    self_attn_every_n_layers: int = 2
+    expert_width_multiplier: float = 0.75
+    min_period: float = 4e-3
+    max_period: float = 4.0
+    seed: int = 0                        # noise seed written at every episode start (reset)
+
+    @property
+    def expert_hidden(self) -> int:
+        return int(self.vlm.text_hidden * self.expert_width_multiplier)
+
+    @property
+    def n_expert_layers(self) -> int:
+        return self.num_expert_layers if self.num_expert_layers > 0 else self.num_vlm_layers
+
+    def is_self_attn(self, layer: int) -> bool:
+        """Whether (VLM / expert) layer ``layer`` attends to itself rather than only to the prefix."""
+        return "cross" not in self.attention_mode or (
+            self.self_attn_every_n_layers > 0 and layer % self.self_attn_every_n_layers == 0)
+
+    @property
+    def prefix_capacity(self) -> int:
+        """Prefix rows: every camera's image tokens, the instruction at its maximum length, the state."""
+        return len(self.cameras) * self.vlm.image_tokens + self.tokenizer_max_length + 1
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: LeRobotCheckpoint, vlm: VLMSizes, tokenizer: TokenizerSettings) -> SmolVLAConfig:
+        c = ckpt.config
+        for flag, why in (("adapt_to_pi_aloha", "the Aloha joint/gripper conversions"),
+                          ("use_delta_joint_actions_aloha", "delta joint actions"),
+                          ("add_image_special_tokens", "image special tokens around image features")):
+            if c.get(flag):
+                raise InvalidArgument(f"SmolVLA with {flag}=true ({why}) is not supported")
+        if int(c.get("n_obs_steps", 1)) != 1:
+            raise InvalidArgument("SmolVLA supports n_obs_steps == 1 only")
+        if STATE not in ckpt.input_features:
+            raise InvalidArgument(f"{ckpt.path}/config.json: SmolVLA needs an {STATE!r} input")
+        real = {k: v for k, v in ckpt.input_features.items() if not k.startswith(EMPTY_CAMERA)}
+        io = PolicyIO.from_checkpoint(
+            LeRobotCheckpoint(ckpt.path, c, {}, ckpt.normalize, ckpt.unnormalize, real, ckpt.output_features), "SmolVLA")
+        if not io.cameras:
+            raise InvalidArgument(f"{ckpt.path}/config.json: SmolVLA needs at least one camera")
+        names = ("chunk_size", "n_action_steps", "max_state_dim", "max_action_dim", "num_steps", "attention_mode",
+                 "num_expert_layers", "num_vlm_layers", "self_attn_every_n_layers", "expert_width_multiplier",
+                 "min_period", "max_period")
+        fields = {k: c[k] for k in names if k in c}
+        resize = c.get("resize_imgs_with_padding", (512, 512))
+        cfg = cls(**asdict(io), vlm=vlm, resize_imgs_with_padding=tuple(int(x) for x in resize) if resize else None,
+                  tokenizer_max_length=tokenizer.max_length, **fields)
+        if cfg.action_dim > cfg.max_action_dim or cfg.state_dim > cfg.max_state_dim:
+            raise InvalidArgument("SmolVLA: state/action longer than max_state_dim/max_action_dim")
+        if cfg.n_action_steps > cfg.chunk_size:
+            raise InvalidArgument("SmolVLA: n_action_steps must be <= chunk_size")
+        if cfg.num_vlm_layers % cfg.n_expert_layers:
+            raise InvalidArgument("SmolVLA: num_vlm_layers must be a multiple of num_expert_layers")
+        side = cfg.resize_imgs_with_padding or cfg.image_shape[1:][::-1]
+        if tuple(side) != (vlm.image_size, vlm.image_size):
+            raise InvalidArgument(f"SmolVLA: images reach the vision encoder at {tuple(side)} (width, height); "
+                                  f"the VLM expects {vlm.image_size}x{vlm.image_size}")
+        return cfg
+
+
+def resize_with_pad(img: Tensor, width: int, height: int) -> Tensor:
+    """LeRobot's ``resize_with_pad`` (bilinear, aspect kept, zero padding on the left and top)."""
+    h, w = img.shape[2:]
+    ratio = max(w / width, h / height)
+    rh, rw = int(h / ratio), int(w / ratio)
+    img = F.interpolate(img, size=(rh, rw), mode="bilinear", align_corners=False)
+    return F.pad(img, (max(0, width - rw), 0, max(0, height - rh), 0), value=0.0)
+
+
+class SmolVLAPolicy(PolicyModule):
+    """A LeRobot SmolVLA checkpoint as a ``PolicyModule`` (see the module doc for its state)."""
+
+    PREFIX = "policy.smolvla."
+    KEY = PREFIX + "kv.k."
+    VALUE = PREFIX + "kv.v."
+    PREFIX_LEN = PREFIX + "prefix_len"
+    LANG = PREFIX + "lang_tokens"
+    LANG_LEN = PREFIX + "lang_len"
+    QUEUE = PREFIX + "queue"
+    LEFT = PREFIX + "queue_left"
+    RNG_SEED = RNG_SEED
+    PLANS = "policy.rng.plans"
+    #: checkpoint weights inference never reads; accepted when present, not required
+    OPTIONAL_WEIGHTS = ("model.vlm_with_expert.vlm.lm_head.weight",)
+    #: a VLM with tied embeddings is saved with only ``lm_head`` (safetensors keeps the first name in order)
+    TIED_WEIGHTS = {"model.vlm_with_expert.vlm.model.text_model.embed_tokens.weight":
+                    "model.vlm_with_expert.vlm.lm_head.weight"}
+
+    def __init__(self, cfg: SmolVLAConfig, ckpt: LeRobotCheckpoint | None = None,
+                 tokenizer: TokenizerSettings = TokenizerSettings(), tokenizer_file: Path | None = None,
+                 instruction: str = "") -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.obs_dim, self.act_dim = cfg.state_dim, cfg.action_dim
+        self.tokenizer_settings, self.tokenizer_file = tokenizer, tokenizer_file
+        self._tokenizer = None
+        cross = [not cfg.is_self_attn(i) for i in range(cfg.n_expert_layers)]
+        self.model = nn.Module()
+        self.model.vlm_with_expert = VLMWithExpert(cfg.vlm, cfg.num_vlm_layers, cfg.expert_hidden,
+                                                   cfg.n_expert_layers, cross)
+        d, e = cfg.vlm.text_hidden, cfg.expert_hidden
+        self.model.state_proj = nn.Linear(cfg.max_state_dim, d)
+        self.model.action_in_proj = nn.Linear(cfg.max_action_dim, e)
+        self.model.action_out_proj = nn.Linear(e, cfg.max_action_dim)
+        self.model.action_time_mlp_in = nn.Linear(2 * e, e)
+        self.model.action_time_mlp_out = nn.Linear(e, e)
+        self.norm = PolicyNormalization(ckpt)
+        # the Euler times 1, 1 - 1/K, ... as LeRobot forms them (float32), embedded in float64 once
+        dt = -1.0 / cfg.num_steps
+        times = torch.tensor([1.0 + s * dt for s in range(cfg.num_steps)], dtype=torch.float32)
+        self.register_buffer("time_embeddings", sinusoidal_time(times.to(torch.float64), e, cfg.min_period,
+                                                                cfg.max_period), persistent=False)
+        self.dt = dt
+        self.set_default_instruction(instruction)
+
+    # --- contract ---------------------------------------------------------------------
+    def input_features(self) -> dict[str, FeatureSpec]:
+        return feature_specs(self.cfg)
+
+    def config(self) -> dict:
+        return {"type": "smolvla", **_jsonable(asdict(self.cfg))}
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.state_proj.weight.dtype
+
+    def state_specs(self) -> list[BufferSpec]:
+        c, s = self.cfg, self.cfg.vlm
+        kv_shape = (c.prefix_capacity, s.text_kv_heads, s.head_dim)
+        specs = []
+        for i in range(c.num_vlm_layers):
+            for name, what in ((self.KEY, "keys (RoPE'd)"), (self.VALUE, "values")):
+                specs.append(BufferSpec(f"{name}{i}", kv_shape, self.dtype, group="kv", live_axis=0,
+                                        length_from=self.PREFIX_LEN, doc=f"VLM layer {i} prefix {what}"))
+        return specs + [
+            BufferSpec(self.PREFIX_LEN, (), torch.int64, group="kv", doc="valid prefix tokens (live KV rows)"),
+            BufferSpec(self.LANG, (c.tokenizer_max_length,), torch.int64, group="instruction",
+                       doc="instruction token ids (right-padded)"),
+            BufferSpec(self.LANG_LEN, (), torch.int64, group="instruction", doc="instruction length in tokens"),
+            BufferSpec(self.QUEUE, (c.n_action_steps, c.action_dim), torch.float32, group="policy",
+                       doc="action queue: the current chunk's first n_action_steps (normalised)"),
+            BufferSpec(self.LEFT, (), torch.int64, group="policy", doc="actions left in the queue"),
+            BufferSpec(self.RNG_SEED, (), torch.int64, group="rng", doc="noise seed of this episode"),
+            BufferSpec(self.PLANS, (), torch.int64, group="rng", doc="chunks planned (the noise counter)"),
+        ]
+
+    def init_state(self, arena: StateArena) -> None:
+        arena[self.RNG_SEED].fill_(self.cfg.seed)
+        self.write_instruction(arena, self._default_ids)
+
+    # --- instruction -----------------------------------------------------------------
+    def set_default_instruction(self, text: str) -> None:
+        """The instruction every episode starts with (``init_state``; the node parameter ``policy_instruction``)."""
+        self._default_ids = self.instruction_ids(text) if text else []
+        self.default_instruction = text
+
+    def instruction_ids(self, text: str) -> list[int]:
+        """Token ids of an instruction as LeRobot's preprocessor makes them (newline appended, truncated)."""
+        if self._tokenizer is None:
+            if self.tokenizer_file is None:
+                raise InvalidArgument(f"no tokenizer.json for SmolVLA instructions (looked in the checkpoint and in "
+                                      f"{self.tokenizer_settings.name!r}); give token ids instead")
+            from tokenizers import Tokenizer
+            self._tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
+        text = text if text.endswith("\n") else text + "\n"
+        return self._tokenizer.encode(text, add_special_tokens=True).ids[: self.cfg.tokenizer_max_length]
+
+    def write_instruction(self, arena: StateArena, ids: list[int]) -> None:
+        """Make ``ids`` the instruction and empty the queue, so the next step plans with it (between steps)."""
+        n = self.cfg.tokenizer_max_length
+        if len(ids) > n or any(not 0 <= i < self.cfg.vlm.vocab_size for i in ids):
+            raise InvalidArgument(f"instruction ids must be at most {n} ids in [0, {self.cfg.vlm.vocab_size})")
+        tokens = torch.zeros(n, dtype=torch.int64)
+        tokens[: len(ids)] = torch.tensor(ids, dtype=torch.int64)
+        arena[self.LANG].copy_(tokens)
+        arena[self.LANG_LEN].fill_(len(ids))
+        arena[self.LEFT].zero_()
+
+    # --- step --------------------------------------------------------------------------
+    def action_queue(self) -> ActionQueue:
+        """Replan-or-pop on the host; a pop reads no observation; the prefix KV can be redrawn from."""
+        return ActionQueue(self.LEFT, self.cfg.n_action_steps, pop_reads_observation=False,
+                           redraw_context=self.PREFIX_LEN)
+
+    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
+                         replan: bool | None = None) -> Tensor:
+        """``replan`` (the engine's choice): plan a chunk, then pop; else only pop (no VLM, no expert)."""
+        if replan is None:
+            raise InvalidArgument("SmolVLA: the caller decides replan (see action_queue)")
+        if replan:
+            self.plan(observation, arena)
+        return self.norm.action(pop_queue(arena[self.QUEUE], arena[self.LEFT]))
+
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
+        """Prefill the prefix KV from the observation and instruction, denoise a chunk, refill the queue."""
+        self.prefill(observation, arena)
+        self.denoise(arena)
+
+    def redraw_chunk(self, arena: StateArena) -> None:
+        """The noise stream's first chunk over the stored prefix (``PolicyEngine.redraw``; no VLM run)."""
+        arena[self.PLANS].zero_()
+        self.denoise(arena)
+
+    def planned_actions(self, arena: StateArena) -> Tensor:
+        """The queued actions after the one just taken, unnormalised ``(left, action_dim)`` (host read)."""
+        n = self.cfg.n_action_steps
+        left = max(0, min(n, int(arena[self.LEFT].item())))
+        return self.norm.action(arena[self.QUEUE][n - left:])
+
+    def prefill(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
+        """Run the VLM over images + instruction + state; write each layer's KV (valid rows first)."""
+        embs, valid, blocks = self._prefix_embeddings(observation, arena)
+        kv = self._prefix_kv(embs, valid, blocks)
+        order = torch.sort((~valid).to(torch.int64), stable=True).indices     # valid rows first
+        keep = torch.sort(valid.to(torch.int64), descending=True, stable=True).values.bool()
+        for i, (k, v) in enumerate(kv):
+            arena[f"{self.KEY}{i}"].copy_(torch.where(keep[:, None, None], k[order], 0))
+            arena[f"{self.VALUE}{i}"].copy_(torch.where(keep[:, None, None], v[order], 0))
+        arena[self.PREFIX_LEN].copy_(valid.sum())
+
+    def denoise(self, arena: StateArena) -> None:
+        """``num_steps`` Euler steps of the flow from this plan's noise over the stored prefix; refill the queue."""
+        c = self.cfg
+        plans = arena[self.PLANS]
+        x = normal(arena[self.RNG_SEED], plans, c.chunk_size * c.max_action_dim).view(c.chunk_size, c.max_action_dim)
+        prefix_len = arena[self.PREFIX_LEN]
+        P = c.prefix_capacity
+        prefix_mask = torch.arange(P, device=x.device) < prefix_len
+        causal = torch.ones(c.chunk_size, c.chunk_size, dtype=torch.bool, device=x.device).tril()
+        self_mask = torch.cat([prefix_mask[None, :].expand(c.chunk_size, P), causal], dim=1)
+        cross_mask = prefix_mask[None, :].expand(c.chunk_size, P)
+        steps = torch.arange(c.chunk_size, device=x.device)
+        kv = [(arena[f"{self.KEY}{i}"], arena[f"{self.VALUE}{i}"]) for i in range(c.num_vlm_layers)]
+        for s in range(c.num_steps):
+            v_t = self.velocity(x, s, kv, self_mask, cross_mask, prefix_len + steps, steps)
+            x = x + self.dt * v_t
+        arena[self.QUEUE].copy_(x[: c.n_action_steps, : c.action_dim])
+        arena[self.LEFT].fill_(c.n_action_steps)
+        plans.add_(1)
+
+    # --- network --------------------------------------------------------------------------
+    def _prefix_embeddings(self, observation: Mapping[str, Tensor], arena: StateArena) -> tuple[Tensor, Tensor, Tensor]:
+        """Prefix embeddings ``(P, D)``, the valid-token mask ``(P,)``, and the attention block ids
+        (images and instruction share block 0, the state is block 1: LeRobot's ``att_masks``)."""
+        c, vlm = self.cfg, self.model.vlm_with_expert.vlm.model
+        dtype, dev = self.dtype, arena[self.LANG].device
+        embs = []
+        for cam in c.cameras:
+            img = self.norm.input(cam, observation[cam].unsqueeze(0))
+            if c.resize_imgs_with_padding is not None:
+                img = resize_with_pad(img, *c.resize_imgs_with_padding)
+            img = vlm.connector(vlm.vision_model((img * 2.0 - 1.0).to(dtype)))[0]
+            embs.append(img * img.shape[-1] ** 0.5)     # LeRobot: a tensor of the same float value
+        lang = vlm.text_model.embed_tokens(arena[self.LANG])
+        embs.append(lang * math.sqrt(lang.shape[-1]))
+        state = self.norm.input(STATE, observation[STATE].unsqueeze(0)).to(dtype)
+        state = F.pad(state, (0, c.max_state_dim - c.state_dim))
+        embs.append(self.model.state_proj(state))
+        n_img = len(c.cameras) * c.vlm.image_tokens
+        lang_valid = torch.arange(c.tokenizer_max_length, device=dev) < arena[self.LANG_LEN]
+        ones = torch.ones(n_img, dtype=torch.bool, device=dev)
+        valid = torch.cat([ones, lang_valid, ones[:1]])
+        blocks = torch.zeros(c.prefix_capacity, dtype=torch.int64, device=dev)
+        blocks[-1] = 1
+        return torch.cat(embs), valid, blocks
+
+    def _prefix_kv(self, x: Tensor, valid: Tensor, blocks: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Each VLM layer's RoPE'd keys and values over the prefix (padding rows finite, never attended to)."""
+        s = self.cfg.vlm
+        positions = torch.cumsum(valid.to(torch.int64), 0) - 1
+        # a key is visible when valid and in a block <= the query's; padding queries see the valid keys too
+        # (their rows are never read, but must stay finite)
+        mask = (blocks[None, :] <= blocks[:, None]) & valid[None, :]
+        layers = self.model.vlm_with_expert.vlm.model.text_model.layers
+        out = []
+        for i, layer in enumerate(layers):
+            h = layer.input_layernorm(x)
+            a = layer.self_attn
+            q = rope(a.q_proj(h).view(-1, s.text_heads, s.head_dim), positions)
+            k = rope(a.k_proj(h).view(-1, s.text_kv_heads, s.head_dim), positions)
+            v = a.v_proj(h).view(-1, s.text_kv_heads, s.head_dim)
+            out.append((k, v))
+            if i + 1 < len(layers):               # the last layer's output is never used
+                x = layer.finish(x, attention(q, k, v, mask, s.text_kv_heads))
+        return out
+
+    def velocity(self, x: Tensor, step: int, kv: list[tuple[Tensor, Tensor]], self_mask: Tensor,
+                 cross_mask: Tensor, self_positions: Tensor, cross_positions: Tensor) -> Tensor:
+        """The expert's velocity ``v_t (chunk, max_action_dim)`` at Euler step ``step`` (float32)."""
+        c, s, m = self.cfg, self.cfg.vlm, self.model
+        a = m.action_in_proj(x.to(self.dtype))
+        t = self.time_embeddings[step].to(a.dtype)[None, :].expand_as(a)
+        h = m.action_time_mlp_out(F.silu(m.action_time_mlp_in(torch.cat([a, t], dim=-1))))
+        expert = m.vlm_with_expert.lm_expert
+        every = c.num_vlm_layers // c.n_expert_layers
+        for i in range(c.num_vlm_layers):
+            if i % every:
+                continue                            # no expert layer here: the action tokens pass through
+            layer = expert.layers[i // every]
+            attn = layer.self_attn
+            g = layer.input_layernorm(h)
+            q = attn.q_proj(g).view(-1, s.text_heads, s.head_dim)
+            pk, pv = kv[i]
+            if c.is_self_attn(i):
+                k = rope(attn.k_proj(g).view(-1, s.text_kv_heads, s.head_dim), self_positions)
+                v = attn.v_proj(g).view(-1, s.text_kv_heads, s.head_dim)
+                y = attention(rope(q, self_positions), torch.cat([pk, k]), torch.cat([pv, v]), self_mask,
+                              s.text_kv_heads)
+            else:
+                k = attn.k_proj(pk.flatten(1).to(self.dtype)).view(pk.shape[0], -1, s.head_dim)
+                v = attn.v_proj(pv.flatten(1).to(self.dtype)).view(pv.shape[0], -1, s.head_dim)
+                y = attention(rope(q, cross_positions), k, v, cross_mask, s.text_kv_heads)
+            h = layer.finish(h, y)
+        return m.action_out_proj(expert.norm(h).to(torch.float32).to(self.dtype)).to(torch.float32)
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# --- loading -------------------------------------------------------------------------------
+
+def build_smolvla(ckpt: LeRobotCheckpoint, instruction: str = "") -> SmolVLAPolicy:
+    """Our SmolVLA for a checkpoint (weights not yet loaded)."""
+    settings = tokenizer_settings(ckpt)
+    cfg = SmolVLAConfig.from_checkpoint(ckpt, vlm_sizes(ckpt), settings)
+    return SmolVLAPolicy(cfg, ckpt, settings, tokenizer_file(ckpt, settings), instruction)

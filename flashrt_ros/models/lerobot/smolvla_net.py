@@ -1,0 +1,286 @@
+"""SmolVLA's network (SmolVLM2 vision encoder + connector, truncated text model, action expert), pure torch.
+
+Why our own code: LeRobot builds it from transformers' ``SmolVLMForConditionalGeneration``
+and a ``LlamaModel`` and keeps the VLM prefix KV in a Python dict rebuilt every
+chunk; the runtime needs the prefix KV in fixed arena buffers (a capsule must
+hold it) and no transformers at run time. Module and parameter names are
+LeRobot's (``model.vlm_with_expert.vlm.model.vision_model...``), so its
+``model.safetensors`` loads strictly. The arithmetic follows LeRobot 0.4.4's
+``smolvlm_with_expert.py`` (its own RoPE with wavelength 10 000, float32 RMSNorm,
+attention with float32 scores), so fp32 results agree to rounding.
+
+Attention pattern of the action expert (``attention_mode == "cross_attn"``):
+layer ``i`` of the expert is a *self-attention* layer when ``i % self_attn_every_n_layers == 0``:
+its queries attend to the prefix KV of VLM layer ``i`` followed by its own causal
+action-token keys; otherwise it is a *cross-attention* layer: it projects the
+(RoPE'd) prefix keys and values of VLM layer ``i`` with its own ``k_proj`` /
+``v_proj`` and attends to those only, with positions restarting at 0.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from flashrt_ros.models.llama import RMSNorm
+
+
+@dataclass(frozen=True)
+class VLMSizes:
+    """The SmolVLM config fields that shape SmolVLA (read from the VLM's ``config.json``)."""
+
+    text_hidden: int = 960
+    text_heads: int = 15
+    text_kv_heads: int = 5
+    head_dim: int = 64
+    text_intermediate: int = 2560
+    rms_norm_eps: float = 1e-5
+    vocab_size: int = 49280
+    vision_hidden: int = 768
+    vision_heads: int = 12
+    vision_intermediate: int = 3072
+    vision_layers: int = 12
+    patch_size: int = 16
+    image_size: int = 512
+    vision_eps: float = 1e-6
+    vision_act: str = "gelu_pytorch_tanh"
+    scale_factor: int = 4
+
+    @property
+    def image_tokens(self) -> int:
+        return (self.image_size // self.patch_size) ** 2 // self.scale_factor ** 2
+
+
+def expert_intermediate(hidden: int, ffn_multiplier: int = 4, multiple_of: int = 256) -> int:
+    """LeRobot's ``get_intermediate_size`` for the action expert's MLP."""
+    h = int(ffn_multiplier * int(2 * hidden / 3))
+    return multiple_of * ((h + multiple_of - 1) // multiple_of)
+
+
+# --- shared pieces (RMSNorm is Llama's: ``models.llama.RMSNorm``) -------------------------
+
+def rope(x: Tensor, positions: Tensor, max_wavelength: float = 10_000.0) -> Tensor:
+    """LeRobot's ``apply_rope`` (computed in float32): ``x (L, H, D)``, ``positions (L,)``.
+
+    Not ``ops.rope``: LeRobot divides the positions by ``wavelength ** (2i / D)`` (not a
+    multiply by an inverse frequency, whatever the VLM config's ``rope_theta``), and
+    rotates in float32; the same operations keep fp32 parity at rounding level."""
+    dtype, half = x.dtype, x.shape[-1] // 2
+    x = x.to(torch.float32)
+    exponents = (2.0 / x.shape[-1]) * torch.arange(half, dtype=torch.float32, device=x.device)
+    radians = positions[:, None].to(torch.float32) / (max_wavelength ** exponents)[None, :]
+    sin, cos = torch.sin(radians)[:, None, :], torch.cos(radians)[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(dtype)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, n_kv_heads: int) -> Tensor:
+    """Grouped-query attention with float32 scores: ``q (L, H, D)``, ``k, v (S, Hkv, D)``,
+    boolean ``mask (L, S)`` -> ``(L, H * D)``. Every query row must see at least one key."""
+    L, H, D = q.shape
+    group = H // n_kv_heads
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = torch.matmul(q.to(torch.float32).transpose(0, 1), k.to(torch.float32).permute(1, 2, 0)) * D ** -0.5
+    scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)
+    probs = F.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v.transpose(0, 1)).transpose(0, 1).reshape(L, H * D)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int, kv_in: int | None = None) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.q_proj = nn.Linear(hidden, n_heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(kv_in or hidden, n_kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(kv_in or hidden, n_kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(n_heads * head_dim, hidden, bias=False)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaLayer(nn.Module):
+    """One decoder layer (names as transformers' ``LlamaDecoderLayer``); the attention runs outside."""
+
+    def __init__(self, hidden: int, intermediate: int, s: VLMSizes, kv_in: int | None = None) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(hidden, s.text_heads, s.text_kv_heads, s.head_dim, kv_in)
+        self.mlp = LlamaMLP(hidden, intermediate)
+        self.input_layernorm = RMSNorm(hidden, s.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(hidden, s.rms_norm_eps)
+
+    def finish(self, residual: Tensor, attn: Tensor) -> Tensor:
+        """Output projection, residual, MLP, residual."""
+        x = self.self_attn.o_proj(attn.to(self.self_attn.o_proj.weight.dtype)) + residual
+        return self.mlp(self.post_attention_layernorm(x)) + x
+
+
+# --- vision ------------------------------------------------------------------------
+
+class VisionEmbeddings(nn.Module):
+    def __init__(self, s: VLMSizes) -> None:
+        super().__init__()
+        self.patch_embedding = nn.Conv2d(3, s.vision_hidden, s.patch_size, s.patch_size, padding="valid")
+        side = s.image_size // s.patch_size
+        self.position_embedding = nn.Embedding(side * side, s.vision_hidden)
+        self.register_buffer("position_ids", _bucketed_positions(side), persistent=False)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        x = self.patch_embedding(pixels).flatten(2).transpose(1, 2)
+        return x + self.position_embedding(self.position_ids)
+
+
+def _bucketed_positions(side: int) -> Tensor:
+    """The NaViT-style position ids SmolVLM computes for a full image, with its float arithmetic."""
+    boundaries = torch.arange(1 / side, 1.0, 1 / side)
+    coords = torch.clamp(torch.arange(side, dtype=torch.float32) * (1.0 / torch.tensor([side]))[:, None], max=1.0 - 1e-6)
+    buckets = torch.bucketize(coords, boundaries, right=True)[0]
+    return (buckets[:, None] * side + buckets[None, :]).reshape(-1)
+
+
+class VisionAttention(nn.Module):
+    def __init__(self, s: VLMSizes) -> None:
+        super().__init__()
+        d = s.vision_hidden
+        self.n_heads = s.vision_heads
+        self.k_proj, self.v_proj, self.q_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, N, D = x.shape
+        h = self.n_heads
+
+        def heads(p: nn.Linear) -> Tensor:
+            return p(x).view(B, N, h, D // h).transpose(1, 2)
+        y = F.scaled_dot_product_attention(heads(self.q_proj), heads(self.k_proj), heads(self.v_proj))
+        return self.out_proj(y.transpose(1, 2).reshape(B, N, D))
+
+
+class VisionMLP(nn.Module):
+    def __init__(self, s: VLMSizes) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(s.vision_hidden, s.vision_intermediate)
+        self.fc2 = nn.Linear(s.vision_intermediate, s.vision_hidden)
+        self.approximate = "tanh" if s.vision_act == "gelu_pytorch_tanh" else "none"
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
+
+
+class VisionLayer(nn.Module):
+    def __init__(self, s: VLMSizes) -> None:
+        super().__init__()
+        self.self_attn = VisionAttention(s)
+        self.layer_norm1 = nn.LayerNorm(s.vision_hidden, eps=s.vision_eps)
+        self.mlp = VisionMLP(s)
+        self.layer_norm2 = nn.LayerNorm(s.vision_hidden, eps=s.vision_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.self_attn(self.layer_norm1(x))
+        return x + self.mlp(self.layer_norm2(x))
+
+
+class VisionEncoder(nn.Module):
+    def __init__(self, s: VLMSizes) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(VisionLayer(s) for _ in range(s.vision_layers))
+
+
+class VisionModel(nn.Module):
+    """SmolVLM's SigLIP encoder for one full (un-split) image."""
+
+    def __init__(self, s: VLMSizes) -> None:
+        super().__init__()
+        self.embeddings = VisionEmbeddings(s)
+        self.encoder = VisionEncoder(s)
+        self.post_layernorm = nn.LayerNorm(s.vision_hidden, eps=s.vision_eps)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        x = self.embeddings(pixels)
+        for layer in self.encoder.layers:
+            x = layer(x)
+        return self.post_layernorm(x)
+
+
+class ModalityProjection(nn.Module):
+    def __init__(self, s: VLMSizes) -> None:
+        super().__init__()
+        self.proj = nn.Linear(s.vision_hidden * s.scale_factor ** 2, s.text_hidden, bias=False)
+
+
+class Connector(nn.Module):
+    """Pixel shuffle (``scale_factor``) and a linear projection into the text width."""
+
+    def __init__(self, s: VLMSizes) -> None:
+        super().__init__()
+        self.scale_factor = s.scale_factor
+        self.modality_projection = ModalityProjection(s)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, N, D = x.shape
+        side, r = int(N ** 0.5), self.scale_factor
+        x = x.view(B, side, side // r, D * r).permute(0, 2, 1, 3)
+        x = x.reshape(B, side // r, side // r, D * r * r).permute(0, 2, 1, 3)
+        return self.modality_projection.proj(x.reshape(B, N // (r * r), D * r * r))
+
+
+# --- the module tree LeRobot saves ------------------------------------------------
+
+class TextModel(nn.Module):
+    def __init__(self, s: VLMSizes, n_layers: int) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(s.vocab_size, s.text_hidden)
+        self.layers = nn.ModuleList(LlamaLayer(s.text_hidden, s.text_intermediate, s) for _ in range(n_layers))
+        self.norm = RMSNorm(s.text_hidden, s.rms_norm_eps)        # in the checkpoint; the prefix output is unused
+
+
+class VLMInner(nn.Module):
+    def __init__(self, s: VLMSizes, n_layers: int) -> None:
+        super().__init__()
+        self.vision_model = VisionModel(s)
+        self.connector = Connector(s)
+        self.text_model = TextModel(s, n_layers)
+
+
+class VLM(nn.Module):
+    def __init__(self, s: VLMSizes, n_layers: int) -> None:
+        super().__init__()
+        self.model = VLMInner(s, n_layers)
+
+
+class Expert(nn.Module):
+    """The action expert: Llama layers of width ``expert_hidden``; cross layers read the VLM's KV width."""
+
+    def __init__(self, s: VLMSizes, hidden: int, n_layers: int, cross: list[bool]) -> None:
+        super().__init__()
+        kv_width = s.text_kv_heads * s.head_dim
+        self.layers = nn.ModuleList(LlamaLayer(hidden, expert_intermediate(hidden), s, kv_width if c else None)
+                                    for c in cross)
+        self.norm = RMSNorm(hidden, s.rms_norm_eps)
+
+
+class VLMWithExpert(nn.Module):
+    def __init__(self, s: VLMSizes, n_vlm_layers: int, expert_hidden: int, n_expert_layers: int,
+                 cross: list[bool]) -> None:
+        super().__init__()
+        self.vlm = VLM(s, n_vlm_layers)
+        self.lm_expert = Expert(s, expert_hidden, n_expert_layers, cross)
+
+
+def sinusoidal_time(t: Tensor, dim: int, min_period: float, max_period: float) -> Tensor:
+    """LeRobot's ``create_sinusoidal_pos_embedding`` in float64: ``t (B,)`` -> ``(B, dim)``."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
+    period = min_period * (max_period / min_period) ** fraction
+    x = (1.0 / period * 2 * math.pi)[None, :] * t[:, None]
+    return torch.cat([torch.sin(x), torch.cos(x)], dim=1)
