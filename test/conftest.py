@@ -16,6 +16,10 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("ROS_DOMAIN_ID", str(10 + os.getpid() % 90))
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.setdefault("RCUTILS_LOGGING_BUFFERED_STREAM", "0")
+# mujoco picks its GL backend when it is first imported, and any test module may import it first
+# (pytest.importorskip at collection): without this, a run that collects test_arm_trained.py before
+# test_sim_arm.py got GLFW (no display) and the headless render failed or hung in libmujoco.
+os.environ.setdefault("MUJOCO_GL", "egl")
 
 
 def _interpret_triton_without_gpu() -> None:
