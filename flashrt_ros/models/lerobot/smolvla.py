@@ -330,8 +330,9 @@ class SmolVLAPolicy(PolicyModule):
         lang_valid = torch.arange(c.tokenizer_max_length, device=dev) < arena[self.LANG_LEN]
         ones = torch.ones(n_img, dtype=torch.bool, device=dev)
         valid = torch.cat([ones, lang_valid, ones[:1]])
-        blocks = torch.zeros(c.prefix_capacity, dtype=torch.int64, device=dev)
-        blocks[-1] = 1
+        # built on the device (no host scalar written into it: the plan is captured as a CUDA graph)
+        blocks = torch.cat([torch.zeros(c.prefix_capacity - 1, dtype=torch.int64, device=dev),
+                            torch.ones(1, dtype=torch.int64, device=dev)])
         return torch.cat(embs), valid, blocks
 
     def _prefix_kv(self, x: Tensor, valid: Tensor, blocks: Tensor) -> list[tuple[Tensor, Tensor]]:
