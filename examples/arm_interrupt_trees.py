@@ -26,10 +26,9 @@ Halting the parallel when the task is done cancels the running RunPolicy goal at
 committed boundary. The uninterrupted cell is "task done?" beside one RunPolicy goal.
 Each episode uses the benchmark's seeds, interrupt step and operator pose
 (``Interrupt.for_seed``), so its outcome can be compared with the in-process run.
-Known issue (2026-12-03, docs/benchmarks/arm_interrupts.md): 3 of 4 runs of a three-cell
-check stalled (a policy step counted by no running goal, or ``~/reset`` unanswered within
-30 s); the cause is not isolated. ACT only by default: it draws no noise, so the node's plain ``reset`` makes it
-repeatable (Diffusion's noise seed is set in-process by ``capsules.reset(seed=...)``,
+An episode ends when its tree has ended and the node has settled (``tick_to_end``: the
+finished tree is not ticked again, see there). ACT only by default: it draws no noise, so
+the node's plain ``reset`` makes it repeatable (Diffusion's noise seed is set in-process by ``capsules.reset(seed=...)``,
 which the Trigger ``~/reset`` service cannot pass).
 """
 from __future__ import annotations
