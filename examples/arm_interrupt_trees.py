@@ -26,10 +26,9 @@ Halting the parallel when the task is done cancels the running RunPolicy goal at
 committed boundary. The uninterrupted cell is "task done?" beside one RunPolicy goal.
 Each episode uses the benchmark's seeds, interrupt step and operator pose
 (``Interrupt.for_seed``), so its outcome can be compared with the in-process run.
-Known issue (2026-12-03, docs/benchmarks/arm_interrupts.md): 3 of 4 runs of a three-cell
-check stalled (a policy step counted by no running goal, or ``~/reset`` unanswered within
-30 s); the cause is not isolated. ACT only by default: it draws no noise, so the node's plain ``reset`` makes it
-repeatable (Diffusion's noise seed is set in-process by ``capsules.reset(seed=...)``,
+An episode ends when its tree has ended and the node has settled (``tick_to_end``: the
+finished tree is not ticked again, see there). ACT only by default: it draws no noise, so
+the node's plain ``reset`` makes it repeatable (Diffusion's noise seed is set in-process by ``capsules.reset(seed=...)``,
 which the Trigger ``~/reset`` service cannot pass).
 """
 from __future__ import annotations
@@ -41,7 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import py_trees
@@ -57,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flashrt_ros.benchmarks.arm_interrupts import CELLS, Episode, Interrupt, summarize  # noqa: E402
 from flashrt_ros.bt import Reset, Restore, Rollback, RunPolicy, Snapshot  # noqa: E402
+from flashrt_ros.bt.requests import halted_goals_settled  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402
 from flashrt_ros.sim.arm_task import ReachCriterion, forward_kinematics  # noqa: E402
 from mujoco_interrupt_resume import arm_topics, policy_parameters  # noqa: E402
@@ -239,6 +239,32 @@ def build_tree(cell: str, mux: Mux, policy: FlashRTClient, sim: FlashRTClient, p
     return py_trees.composites.Parallel("episode", ParallelPolicy.SuccessOnOne(), children=[done, body])
 
 
+def tick_to_end(tree: py_trees.behaviour.Behaviour, settled: Callable[[], bool], deadline: float,
+                on_tick: Callable[[], None] = lambda: None, period_s: float = 0.002) -> Status:
+    """Tick ``tree`` until it ends, then wait for ``settled()`` WITHOUT ticking it again.
+
+    Why: a finished py_trees tree that is ticked again starts over. Here the episode's
+    parallel would re-run its RunPolicy, whose new goal is halted at once but reaches
+    the node anyway, after the episode ended: it then stepped on the next episode's
+    first observation (one command the next goal never counted, and its episode stalled).
+    Returns SUCCESS / FAILURE, or RUNNING when ``deadline`` (monotonic) passed first.
+    """
+    while tree.status in (Status.INVALID, Status.RUNNING):
+        if time.monotonic() > deadline:
+            return Status.RUNNING
+        tree.tick_once()
+        on_tick()
+        if tree.status is Status.RUNNING:
+            time.sleep(period_s)
+    if tree.status is Status.FAILURE:
+        return Status.FAILURE
+    while not settled():
+        if time.monotonic() > deadline:
+            return Status.RUNNING
+        time.sleep(period_s)
+    return tree.status
+
+
 class Supervisor:
     """The sim and the policy node on one executor, and this supervisor's mux and clients."""
 
@@ -280,24 +306,24 @@ class Supervisor:
         self.sim.call("reset", timeout_s=30.0)     # publishes the first observation
         # the policy node must hold this episode's first observation before a goal may step on it
         self._wait(lambda: all(inputs.received(n) > seen[n] for n in seen), "the first observation")
-        deadline = time.monotonic() + timeout_s
         shown = False
-        while time.monotonic() < deadline:
-            tree.tick_once()
+
+        def show_once() -> None:
+            nonlocal shown
             if show and not shown and cell != "uninterrupted" and self.mux.mode == "operator":
                 print(py_trees.display.unicode_tree(tree, show_status=True))
                 shown = True
-            if tree.status is Status.FAILURE:
-                failed = [b for b in tree.iterate() if b.status is Status.FAILURE]
-                raise RuntimeError(f"[{cell} seed {seed}] {failed[-1].name}: {failed[-1].feedback_message}")
-            if tree.status is Status.SUCCESS and self._idle() and self.mux.quiescent() and self._delivered():
-                break
-            time.sleep(0.002)
-        else:
+
+        status = tick_to_end(tree, self._settled, time.monotonic() + timeout_s, on_tick=show_once)
+        if status is Status.FAILURE:
+            failed = [b for b in tree.iterate() if b.status is Status.FAILURE]
+            raise RuntimeError(f"[{cell} seed {seed}] {failed[-1].name}: {failed[-1].feedback_message}")
+        if status is not Status.SUCCESS:
             m = self.mux
             raise RuntimeError(f"[{cell} seed {seed}] the episode did not finish within {timeout_s:g} s "
-                               f"(mux {m.mode}: obs {m.obs}, commands {m.commands}, policy {m.policy_msgs}, "
-                               f"forwarded {m.forwarded}; goal running: {not self._idle()})\n"
+                               f"(tree {status.value}; mux {m.mode}: obs {m.obs}, commands {m.commands}, "
+                               f"policy {m.policy_msgs}, forwarded {m.forwarded}; goal running: "
+                               f"{not self._idle()}; halted goals settled: {halted_goals_settled(self.policy)})\n"
                                + py_trees.display.unicode_tree(tree, show_status=True))
         tree.shutdown()
         m = self.mux
@@ -311,6 +337,11 @@ class Supervisor:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not arrive within {timeout_s:g} s")
             time.sleep(0.002)
+
+    def _settled(self) -> bool:
+        """The episode is over at the node too: no goal running or still on its way (a halted goal
+        has reported its result), every command sent and answered, none left to reach the mux."""
+        return halted_goals_settled(self.policy) and self._idle() and self.mux.quiescent() and self._delivered()
 
     def _delivered(self) -> bool:
         """Every command the policy node published has reached the mux: none can leak into the next episode."""

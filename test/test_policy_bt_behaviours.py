@@ -420,16 +420,38 @@ def test_after_a_halt_the_next_request_waits_until_the_cancelled_goal_reported()
     assert [verb for verb, _, _ in client.sent] == ["snapshot"]
 
 
-def test_halt_before_acceptance_cancels_once_the_goal_is_accepted():
+def test_halt_before_acceptance_cancels_the_moment_the_goal_is_accepted():
+    """A tree that halts a goal whose acceptance is still on its way, and then ends (nothing is
+    ticked again), must not leave that goal running: the acceptance itself sends the cancel.
+    (examples/arm_interrupt_trees.py: such a goal ran on into the next episode's first steps.)"""
     client = FakeClient()
     run = RunPolicy("run", client, max_steps=100)
     run.tick_once()
     goal = client.goals[-1]
     run.stop(Status.INVALID)
     assert not goal.cancelled
+    goal.future.set_result(goal.handle)             # accepted; no request of this client is polled
+    assert goal.cancelled, "the halted goal was not cancelled when it was accepted"
+    next_request = Snapshot("next", client, "cap")
+    next_request.tick_once()
+    assert client.sent == [], "the next request still waits for the cancelled goal's result"
+    goal.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=True, error_code=0, message="cancelled", steps=0), status=5))
+    next_request.tick_once()
+    assert [verb for verb, _, _ in client.sent] == ["snapshot"]
+
+
+def test_halt_before_a_rejection_sends_no_cancel():
+    client = FakeClient()
+    run = RunPolicy("run", client, max_steps=100)
+    run.tick_once()
+    goal = client.goals[-1]
+    run.stop(Status.INVALID)
+    goal.handle.accepted = False
     goal.future.set_result(goal.handle)
-    Snapshot("next", client, "cap").tick_once()     # polling the next request settles the halted goal
-    assert goal.cancelled and client.sent == []
+    assert not goal.cancelled
+    Snapshot("next", client, "cap").tick_once()
+    assert [verb for verb, _, _ in client.sent] == ["snapshot"], "a rejected goal has nothing to settle"
 
 
 def test_run_policy_resume_after_halt_runs_only_the_steps_left():

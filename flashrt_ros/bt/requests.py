@@ -22,7 +22,10 @@ the rules live here and the front-ends only translate statuses and ports:
   (a request already delivered may still be applied: services cannot be
   recalled). Halting a goal cancels it: the node stops between two committed
   steps and, with ``rollback_on_cancel``, restores the state the goal started
-  from. Until that cancelled goal has reported its result, every later request
+  from. A goal halted before its acceptance arrived is cancelled the moment it
+  is accepted (from the executor, whether or not the tree ticks again: a tree
+  that ends and is not ticked again must not leave it running). Until that
+  cancelled goal has reported its result, every later request
   of the same client waits (RUNNING, bounded by its own timeout), so the next
   node of the tree acts on the boundary the goal stopped at, never on a state
   the cancel has not settled yet.
@@ -30,6 +33,7 @@ the rules live here and the front-ends only translate statuses and ports:
 from __future__ import annotations
 
 import enum
+import threading
 import time
 import weakref
 from typing import Any, Callable
@@ -229,6 +233,7 @@ class GoalRequest:
         self.message = ""
         self.error_code = 0
         self._cancel_sent = False
+        self._cancel_lock = threading.Lock()     # the tick's settled() and the acceptance callback
         self._halted_at: float | None = None
         self._ended_at: float | None = None
         self._acceptance_lost = False
@@ -298,6 +303,8 @@ class GoalRequest:
             return
         self._halted_at = time.monotonic()
         self.settled()                     # sends the cancel now if the goal was already accepted
+        if not self.goal_future.done():    # ... else the moment it is accepted, ticked or not
+            self.goal_future.add_done_callback(self._cancel_when_accepted)
         _halted.setdefault(self.client, []).append(self)
 
     def settled(self) -> bool:
@@ -323,10 +330,25 @@ class GoalRequest:
         if not self.result_futures:
             self._ask_result()
         wrapped = self._answered_result(now)
-        if wrapped is None and not self._cancel_sent:
-            self.handle.cancel_goal_async()
-            self._cancel_sent = True
+        if wrapped is None:
+            self._send_cancel(self.handle)
         return wrapped is not None
+
+    def _cancel_when_accepted(self, future: Any) -> None:
+        """Done callback of a goal halted before its acceptance arrived: cancel it once accepted."""
+        if future.cancelled() or future.exception() is not None:
+            return                         # cancelled by its id (acceptance lost), or never sent
+        handle = future.result()
+        if handle is not None and handle.accepted:
+            self._send_cancel(handle)
+
+    def _send_cancel(self, handle: Any) -> None:
+        """Ask the node to cancel the goal, once (the tick and the executor may both get here)."""
+        with self._cancel_lock:
+            if self._cancel_sent:
+                return
+            self._cancel_sent = True
+        handle.cancel_goal_async()
 
     @property
     def cancel_sent(self) -> bool:
