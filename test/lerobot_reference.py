@@ -40,12 +40,26 @@ def _torchvision_without_compiled_ops() -> None:
     import torchvision  # noqa: F401,F811
 
 
+def use_reference_packages() -> bool:
+    """Put the reference's packages (torchvision, diffusers, lerobot ...) behind ours on sys.path.
+
+    Called by conftest at session start, before any test imports transformers: transformers
+    decides once, at its first import, whether torchvision exists (and builds placeholders for
+    what needs it, e.g. SmolVLM's video processor), so a reference that appeared later, after
+    the hybrid or Llama parity tests had imported transformers, left SmolVLA's reference broken.
+    """
+    if not (REFERENCE_DIR / "lerobot").is_dir():
+        return False
+    if str(REFERENCE_DIR) not in sys.path:
+        sys.path.append(str(REFERENCE_DIR))
+    _torchvision_without_compiled_ops()
+    return True
+
+
 def lerobot():
     """The ``lerobot`` package (skips with the install command if the reference is not installed)."""
-    if (REFERENCE_DIR / "lerobot").is_dir():
-        if str(REFERENCE_DIR) not in sys.path:
-            sys.path.append(str(REFERENCE_DIR))
-    elif importlib.util.find_spec("lerobot") is None:        # e.g. the GPU machine: installed from wheels
+    # without the folder, lerobot may still be installed (the GPU machine: from wheels)
+    if not use_reference_packages() and importlib.util.find_spec("lerobot") is None:
         pytest.skip(f"LeRobot reference not installed: run scripts/install_lerobot_reference.sh "
                     f"(expected in {REFERENCE_DIR})")
     _torchvision_without_compiled_ops()
