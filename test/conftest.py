@@ -21,13 +21,6 @@ os.environ.setdefault("RCUTILS_LOGGING_BUFFERED_STREAM", "0")
 # test_sim_arm.py got GLFW (no display) and the headless render failed or hung in libmujoco.
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-# The test-only LeRobot reference (with torchvision) is visible from the start, so transformers
-# sees one environment whichever test imports it first (test/lerobot_reference.py says why).
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lerobot_reference import use_reference_packages  # noqa: E402
-
-use_reference_packages()
-
 
 def _interpret_triton_without_gpu() -> None:
     """No GPU: run the triton kernels in triton's interpreter (must be set before triton is imported)."""
@@ -38,6 +31,14 @@ def _interpret_triton_without_gpu() -> None:
 
 
 _interpret_triton_without_gpu()
+
+# The test-only LeRobot reference (with torchvision) is visible from the start, so transformers
+# sees one environment whichever test imports it first (test/lerobot_reference.py says why).
+# After the line above: importing torchvision imports triton, which reads TRITON_INTERPRET once.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lerobot_reference import use_reference_packages  # noqa: E402
+
+use_reference_packages()
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
