@@ -301,9 +301,10 @@ class Supervisor:
         self.sim_node.set_parameters([Parameter("seed", value=seed)])
         uninterrupted = cell == "uninterrupted"
         self.mux.start(None if uninterrupted else plan.start, plan.start if uninterrupted else None)
-        self.policy.call("reset", timeout_s=30.0)
+        # generous: a new client's first calls wait for discovery, slow on a loaded machine
+        self.policy.call("reset", timeout_s=120.0)
         seen = {name: inputs.received(name) for name in inputs.names}
-        self.sim.call("reset", timeout_s=30.0)     # publishes the first observation
+        self.sim.call("reset", timeout_s=120.0)    # publishes the first observation
         # the policy node must hold this episode's first observation before a goal may step on it
         self._wait(lambda: all(inputs.received(n) > seen[n] for n in seen), "the first observation")
         shown = False

@@ -24,7 +24,11 @@ Never re-sent: a snapshot without overwrite, fork, load (a repeat of an
 applied one answers ALREADY_EXISTS), drop and close_session (NOT_FOUND),
 rollback (it would go back twice) and an action goal (it may have been
 accepted: a goal whose acceptance never arrived is cancelled by its id
-instead). A lost result is asked for again once the goal's status says it ended.
+instead). A lost result is asked for again (get-result is read-only): soon once
+the goal's status says it ended, and on a slow doubling schedule while no
+status says so, because a status message taken before the goal's acceptance
+is dropped by rclpy (it has no goal handle to update yet), so a goal that ends
+at once may never show as ended.
 
 Beside the capsule services and Generate: ``status`` / ``watch_status``
 (``~/status``, transient-local), ``run_policy`` (the RunPolicy action) and
@@ -83,6 +87,9 @@ RETRY_SAFE_VERBS = frozenset({"list", "verify", "pin", "unpin", "save", "pause",
 FIRST_ATTEMPT_S = 2.0
 #: After a goal's status says it ended, how long its result may take before it is asked for again.
 RESULT_GRACE_S = 2.0
+#: While no status says the goal ended: first re-ask of its result, doubling up to ``RESULT_ASK_MAX_S``.
+RESULT_ASK_FIRST_S = 8.0
+RESULT_ASK_MAX_S = 60.0
 TIMEOUT_CODE = 13
 
 
@@ -99,6 +106,32 @@ def resend_times(timeout_s: float, first_s: float = FIRST_ATTEMPT_S) -> list[flo
         step *= 2
         at += step
     return times
+
+
+class ResultAsking:
+    """When to ask for a goal's result again, its reply having possibly been lost.
+
+    Soon (``RESULT_GRACE_S``) after the goal's status says it ended; else every
+    ``RESULT_ASK_FIRST_S`` doubling to ``RESULT_ASK_MAX_S``, since the status
+    of a goal that ended before its acceptance arrived is never seen. Extra
+    requests of a running goal are held by the server and answered at its end.
+    """
+
+    def __init__(self, now: float) -> None:
+        self._asked_at = now
+        self._blind_s = RESULT_ASK_FIRST_S
+
+    def due(self, status: int, now: float) -> bool:
+        """Whether to ask again now (given the goal handle's latest status); counts it as asked."""
+        if status in GOAL_ENDED:
+            due = now - self._asked_at >= RESULT_GRACE_S
+        else:
+            due = now - self._asked_at >= self._blind_s
+            if due:
+                self._blind_s = min(2 * self._blind_s, RESULT_ASK_MAX_S)
+        if due:
+            self._asked_at = now
+        return due
 
 
 class ServiceCallError(RuntimeError):
@@ -343,22 +376,17 @@ class FlashRTClient:
         """The goal's wrapped result, or None after ``timeout_s``.
 
         The result travels as the reply of a get-result request, which can be
-        lost like any reply; the goal's status (its own topic) still says when it
-        ended. So once it has ended and no result came within ``RESULT_GRACE_S``,
-        the result is asked for again (read-only: safe to repeat).
+        lost like any reply; it is asked for again as ``ResultAsking`` says.
         """
         futures = [handle.get_result_async()]
+        asking = ResultAsking(time.monotonic())
         deadline = time.monotonic() + timeout_s
-        ended_at: float | None = None
         while (left := deadline - time.monotonic()) > 0:
             answered = next((f for f in futures if f.done()), None)
             if answered is not None:
                 return answered.result()
-            if ended_at is None and handle.status in GOAL_ENDED:
-                ended_at = time.monotonic()
-            if ended_at is not None and time.monotonic() - ended_at >= RESULT_GRACE_S:
+            if asking.due(handle.status, time.monotonic()):
                 futures.append(handle.get_result_async())
-                ended_at = time.monotonic()
             self._wait_any(futures, min(left, 0.2))
         return None
 

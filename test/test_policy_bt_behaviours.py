@@ -10,6 +10,7 @@ from rclpy.task import Future
 from flashrt_ros.bt import (Drop, Fork, Generate, PausePolicy, PolicyPaused, Reset, Restore, Rollback, RunPolicy,
                             Snapshot, SwitchSession)
 from flashrt_ros.bt import requests
+from flashrt_ros.client import RESULT_ASK_FIRST_S, RESULT_GRACE_S
 from flashrt_ros.runtime.errors import ErrorCode
 
 
@@ -355,7 +356,23 @@ def test_generate_result_lost_after_the_goal_ended_is_asked_for_again(clock):
     g, goal = _accepted_generate(client, timeout_s=60.0)
     goal.handle.status = 4            # SUCCEEDED on the status topic; the result reply is lost
     g.tick_once()
-    clock.now += requests.RESULT_GRACE_S
+    clock.now += RESULT_GRACE_S
+    g.tick_once()
+    assert len(goal.result_requests) == 2 and g.status is Status.RUNNING
+    goal.result_requests[1].set_result(_result())
+    g.tick_once()
+    assert g.status is Status.SUCCESS and g.result.token_ids == [1, 2, 3]
+
+
+def test_generate_result_lost_with_no_status_seen_is_asked_for_again(clock):
+    # rclpy drops a status taken before the acceptance: a goal that ended at once never shows ended
+    client = FakeClient()
+    g, goal = _accepted_generate(client, timeout_s=600.0)
+    g.tick_once()
+    clock.now += RESULT_GRACE_S       # no status: not yet
+    g.tick_once()
+    assert len(goal.result_requests) == 1
+    clock.now += RESULT_ASK_FIRST_S
     g.tick_once()
     assert len(goal.result_requests) == 2 and g.status is Status.RUNNING
     goal.result_requests[1].set_result(_result())

@@ -38,7 +38,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from flashrt_ros.client import GOAL_ENDED, RESULT_GRACE_S, resend_times, retry_safe
+from flashrt_ros.client import ResultAsking, resend_times, retry_safe
 from flashrt_ros.runtime.errors import ErrorCode
 
 #: what rclpy and the client raise for a field of the wrong type or range (a tree's bad port value)
@@ -208,8 +208,8 @@ class GoalRequest:
     Lost replies: a goal is never re-sent (it may have been accepted). One whose
     acceptance has not arrived within the answer bound is cancelled by its goal
     id, in case it runs all the same; later requests then wait only for the
-    node's answer to that cancel. A result reply lost after the goal's status
-    said it ended is asked for again after ``RESULT_GRACE_S`` (read-only).
+    node's answer to that cancel. A result reply that may have been lost is
+    asked for again as ``client.ResultAsking`` says (read-only).
     """
 
     def __init__(self, client: Any, action: str, fields: dict[str, Any] | Callable[[], dict | None] | None = None,
@@ -235,7 +235,7 @@ class GoalRequest:
         self._cancel_sent = False
         self._cancel_lock = threading.Lock()     # the tick's settled() and the acceptance callback
         self._halted_at: float | None = None
-        self._ended_at: float | None = None
+        self._result_asking: ResultAsking | None = None
         self._acceptance_lost = False
         self._id_cancel: Any = None     # the cancel-by-id request of a goal whose acceptance was lost
 
@@ -280,7 +280,7 @@ class GoalRequest:
             if self.handle is None or not self.handle.accepted:
                 return self._fail(ErrorCode.BUSY, f"{self.action}: goal rejected (another goal is running, "
                                                   "or the node is not active with the right engine)")
-            self._ask_result()
+            self._ask_result(now)
         wrapped = self._answered_result(now)
         if wrapped is None:
             if self.timeout_s and waited >= self.timeout_s:
@@ -328,7 +328,7 @@ class GoalRequest:
         if self.handle is None or not self.handle.accepted:
             return True
         if not self.result_futures:
-            self._ask_result()
+            self._ask_result(now)
         wrapped = self._answered_result(now)
         if wrapped is None:
             self._send_cancel(self.handle)
@@ -362,7 +362,9 @@ class GoalRequest:
             self._id_cancel = self.client.cancel_goal_id(self.goal_id, action=self.action)
             self._cancel_sent = True
 
-    def _ask_result(self) -> None:
+    def _ask_result(self, now: float) -> None:
+        if self._result_asking is None:
+            self._result_asking = ResultAsking(now)
         self.result_futures.append(self.handle.get_result_async())
         if self.result_future is None:
             self.result_future = self.result_futures[0]
@@ -373,12 +375,8 @@ class GoalRequest:
         if answered is not None:
             self.result_future = answered
             return answered.result()
-        # a lost result reply: once the goal's status says it ended, ask again (read-only)
-        if self._ended_at is None and getattr(self.handle, "status", 0) in GOAL_ENDED:
-            self._ended_at = now
-        if self._ended_at is not None and now - self._ended_at >= RESULT_GRACE_S:
-            self._ask_result()
-            self._ended_at = now
+        if self._result_asking.due(getattr(self.handle, "status", 0), now):   # a reply may be lost
+            self._ask_result(now)
         return None
 
     def reported_steps(self) -> int | None:
