@@ -302,9 +302,11 @@ class FlashRTClient:
             self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
         return self._remember_goal_id(self._run_policy.send_goal_async(goal, goal_uuid=goal_id), goal_id)
 
-    def forget_feedback(self, handle: Any) -> None:
-        """Stop delivering feedback of a finished goal (its late pieces are then dropped)."""
-        self._feedback_callbacks.pop(bytes(handle.goal_id.uuid), None)
+    def forget_feedback(self, goal: Any) -> None:
+        """Stop delivering feedback of a finished goal (its late pieces are then dropped).
+
+        ``goal``: its goal handle, or its goal id (a goal whose acceptance never arrived)."""
+        self._feedback_callbacks.pop(bytes(getattr(goal, "goal_id", goal).uuid), None)
 
     def _on_feedback(self, msg: Any) -> None:
         callback = self._feedback_callbacks.get(bytes(msg.goal_id.uuid))

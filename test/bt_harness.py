@@ -6,13 +6,13 @@ between goals stands still and positions can be compared exactly.
 from __future__ import annotations
 
 import threading
-import time
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from node_fixtures import active_node, ros_node  # noqa: F401 - fixture
 from rosproc import NodeUnderTest
+from waiting import wait_until
 
 POLICY_PARAMS = {"engine_kind": "policy", "policy": "gru", "device": "cpu", "qos_deadline_factor": "0.0",
                  "run_mode": "goal"}
@@ -65,15 +65,6 @@ class ActionLog:
     def snapshot(self) -> list[list[float]]:
         with self._lock:
             return list(self.actions)
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
-    """Poll ``condition`` until true; generous deadline (the machine may be loaded)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")

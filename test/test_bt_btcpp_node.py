@@ -9,7 +9,8 @@ import pytest
 
 bt = pytest.importorskip("behaviortreepy", reason="behaviortreepy has wheels for x86_64 Linux only")
 
-from bt_harness import ActionLog, policy_env, policy_node, wait_until  # noqa: E402,F401 - fixtures
+from bt_harness import ActionLog, policy_env, policy_node  # noqa: E402,F401 - fixtures
+from waiting import wait_until  # noqa: E402
 from flashrt_ros.bt.btcpp import FlashRTTrees  # noqa: E402
 from flashrt_ros.bt.run import TREES_DIR  # noqa: E402
 from node_fixtures import active_node, ros_node  # noqa: E402,F401 - fixture

@@ -23,6 +23,7 @@ class FakeClient:
         self.goals: list[SimpleNamespace] = []
         self.cancelled_ids: list = []
         self.cancelled_actions: list[str] = []
+        self.forgotten: list = []        # goals whose feedback callback was dropped
 
     def wait_for(self, verb, timeout_s):
         assert timeout_s == 0.0, "a behaviour must never wait for a service"
@@ -47,6 +48,9 @@ class FakeClient:
     def run_policy_ready(self):
         return self.ready
 
+    def forget_feedback(self, goal):
+        self.forgotten.append(getattr(goal, "goal_id", goal))
+
     def run_policy_async(self, *, feedback=None, **fields):
         return self.generate_async("", feedback=feedback, **fields)
 
@@ -63,7 +67,7 @@ class FakeClient:
             goal.cancelled = True
             return Future()
 
-        goal.handle = SimpleNamespace(accepted=True, get_result_async=get_result_async,
+        goal.handle = SimpleNamespace(accepted=True, goal_id=goal.goal_id, get_result_async=get_result_async,
                                       cancel_goal_async=cancel_goal_async, status=2)    # EXECUTING
         self.goals.append(goal)
         return goal.future
@@ -378,6 +382,20 @@ def test_generate_result_lost_with_no_status_seen_is_asked_for_again(clock):
     goal.result_requests[1].set_result(_result())
     g.tick_once()
     assert g.status is Status.SUCCESS and g.result.token_ids == [1, 2, 3]
+
+
+def test_a_finished_goal_drops_its_feedback_callback(clock):
+    client = FakeClient()
+    g, goal = _accepted_generate(client, timeout_s=60.0)
+    assert client.forgotten == []
+    goal.result_future.set_result(_result())
+    g.tick_once()
+    assert g.status is Status.SUCCESS and client.forgotten == ["goal0"]
+    lost = Generate("lost", client, "hello", timeout_s=10.0)
+    lost.tick_once()
+    clock.now += 11.0                 # its acceptance never arrives
+    lost.tick_once()
+    assert lost.status is Status.FAILURE and client.forgotten[-1] == "goal1"
 
 
 def test_reset_and_switch_session_send_their_verbs():

@@ -278,6 +278,7 @@ class GoalRequest:
                                                      f"{self.answer_limit_s:g} s (not re-sent; {what})")
             self.handle = self.goal_future.result()
             if self.handle is None or not self.handle.accepted:
+                self._forget_feedback()
                 return self._fail(ErrorCode.BUSY, f"{self.action}: goal rejected (another goal is running, "
                                                   "or the node is not active with the right engine)")
             self._ask_result(now)
@@ -326,6 +327,7 @@ class GoalRequest:
         if self.handle is None:
             self.handle = self.goal_future.result()
         if self.handle is None or not self.handle.accepted:
+            self._forget_feedback()
             return True
         if not self.result_futures:
             self._ask_result(now)
@@ -358,9 +360,17 @@ class GoalRequest:
         """The goal's acceptance never arrived: it may run all the same, so cancel it by its id."""
         self._acceptance_lost = True
         self.goal_future.cancel()
+        self._forget_feedback()
         if self.goal_id is not None:
             self._id_cancel = self.client.cancel_goal_id(self.goal_id, action=self.action)
             self._cancel_sent = True
+
+    def _forget_feedback(self) -> None:
+        """The goal ended (or its acceptance was lost): the client drops its feedback callback."""
+        forget = getattr(self.client, "forget_feedback", None)     # test doubles may lack it
+        goal = self.handle if self.handle is not None else self.goal_id
+        if forget is not None and goal is not None:
+            forget(goal)
 
     def _ask_result(self, now: float) -> None:
         if self._result_asking is None:
@@ -374,6 +384,7 @@ class GoalRequest:
         answered = next((f for f in self.result_futures if f.done()), None)
         if answered is not None:
             self.result_future = answered
+            self._forget_feedback()
             return answered.result()
         if self._result_asking.due(getattr(self.handle, "status", 0), now):   # a reply may be lost
             self._ask_result(now)
