@@ -171,13 +171,14 @@ def _call(args: argparse.Namespace) -> int:
 
     from flashrt_ros.client import FlashRTClient, ServiceCallError
 
-    # No rclpy signal handlers: Ctrl-C raises KeyboardInterrupt here, and the context
-    # stays usable so a running goal can still be cancelled.
+    # No rclpy signal handlers: Ctrl-C raises KeyboardInterrupt from the client's waits (never
+    # inside rclpy), and the context stays usable so a running goal can still be cancelled.
     rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(f"flashrt_cli_{os.getpid()}")
     client = FlashRTClient(node, args.node)
     try:
-        return _dispatch(args, client)
+        with client.sigint_at_safe_points():
+            return _dispatch(args, client)
     except ServiceCallError as exc:
         print(f"error: {cli_hint(str(exc), args)}", file=sys.stderr)
         return EXIT_UNREACHABLE if exc.response is None else EXIT_FAILED

@@ -37,11 +37,13 @@ what a user without ros2cli needs.
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient
@@ -181,6 +183,7 @@ class FlashRTClient:
         # Spin the node ourselves only if no executor owns it when we first wait.
         self._own_executor: Any = None
         self._decided = False
+        self._sigint_pending = False     # see sigint_at_safe_points
 
     # --- services -------------------------------------------------------
     def request(self, verb: str, **fields: Any) -> Any:
@@ -218,6 +221,7 @@ class FlashRTClient:
         client = self._clients[verb]
         deadline = time.monotonic() + wait_s
         while not client.wait_for_service(timeout_sec=min(0.2, wait_s)):
+            self._raise_if_interrupted()
             if time.monotonic() > deadline:
                 raise ServiceCallError(
                     f"service {client.srv_name} not available after {wait_s:.1f} s "
@@ -267,7 +271,7 @@ class FlashRTClient:
             if not hasattr(goal, key):
                 raise ValueError(f"generate: unknown goal field {key!r}")
             setattr(goal, key, value)
-        if not self._generate.wait_for_server(timeout_sec=wait_s):
+        if not self._generate.server_is_ready() and not self._wait_until(self._generate.server_is_ready, wait_s):
             raise ServiceCallError(
                 f"action {self.namespace}/generate not available after {wait_s:.1f} s", TIMEOUT_CODE)
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))
@@ -501,7 +505,7 @@ class FlashRTClient:
         again after 2, 4, 8 ... s, within ``timeout_s``."""
         client = self.node.create_client(srv_type, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
         try:
-            if not client.wait_for_service(timeout_sec=timeout_s):
+            if not self._wait_until(client.service_is_ready, timeout_s):
                 raise ServiceCallError(f"service {self.namespace}/{name} not available after "
                                        f"{timeout_s:.1f} s (is the node running, and on the same "
                                        "ROS_DOMAIN_ID?)", TIMEOUT_CODE)
@@ -518,16 +522,47 @@ class FlashRTClient:
         finally:
             self.node.destroy_client(client)
 
+    # --- Ctrl-C ---------------------------------------------------------
+    @contextlib.contextmanager
+    def sigint_at_safe_points(self) -> Iterator[None]:
+        """Ctrl-C as a KeyboardInterrupt raised only by our own waits, between spin slices.
+
+        Python raises it wherever the main thread is, rclpy's executor and action
+        client included: landing there it can leave a task half-run or a request
+        half-registered, and the cancel that follows the interrupt then waits
+        for good (the CLI hung once after Ctrl-C). Here the signal only marks it;
+        a second Ctrl-C before the next slice raises at once (for a stuck wait).
+        Main thread only (signal handlers live there).
+        """
+        def on_sigint(signum: int, frame: Any) -> None:
+            if self._sigint_pending:
+                raise KeyboardInterrupt
+            self._sigint_pending = True
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            self._sigint_pending = False
+
+    def _raise_if_interrupted(self) -> None:
+        if self._sigint_pending:
+            self._sigint_pending = False
+            raise KeyboardInterrupt
+
     # --- plumbing -------------------------------------------------------
     def _wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Poll ``condition`` (spinning our node if we own its executor) until true or timeout."""
         self._decide_executor()
         deadline = time.monotonic() + timeout_s
         while not condition() and time.monotonic() < deadline:
+            self._raise_if_interrupted()
             if self._own_executor is not None:
                 self._own_executor.spin_once(timeout_sec=0.05)
             else:
                 time.sleep(0.01)
+        self._raise_if_interrupted()
         return condition()
 
     def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
@@ -554,9 +589,13 @@ class FlashRTClient:
         if self._own_executor is not None:
             # Short slices: a KeyboardInterrupt is raised between them, not after timeout_s.
             while not any(f.done() for f in futures) and (left := deadline - time.monotonic()) > 0:
+                self._raise_if_interrupted()
                 self._own_executor.spin_once(timeout_sec=min(left, 0.05))
         else:
             done = threading.Event()
             for f in futures:
                 f.add_done_callback(lambda _f: done.set())
-            done.wait(max(0.0, timeout_s))
+            while not done.is_set() and (left := deadline - time.monotonic()) > 0:
+                self._raise_if_interrupted()
+                done.wait(min(left, 0.05))
+        self._raise_if_interrupted()
