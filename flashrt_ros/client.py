@@ -529,16 +529,21 @@ class FlashRTClient:
 
         Python raises it wherever the main thread is, rclpy's executor and action
         client included: landing there it can leave a task half-run or a request
-        half-registered, and the cancel that follows the interrupt then waits
-        for good (the CLI hung once after Ctrl-C). Here the signal only marks it;
-        a second Ctrl-C before the next slice raises at once (for a stuck wait).
-        Main thread only (signal handlers live there).
+        half-registered, and the cancel that follows the interrupt could then
+        wait for good. Here the signal only marks it; a second Ctrl-C before the
+        next slice raises at once (for a stuck wait). Main thread only (signal
+        handlers live there). A SIGINT the process was started with ignored (a
+        job started with ``&`` without job control) stays ignored, as Python
+        itself leaves it.
         """
         def on_sigint(signum: int, frame: Any) -> None:
             if self._sigint_pending:
                 raise KeyboardInterrupt
             self._sigint_pending = True
 
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            yield
+            return
         previous = signal.signal(signal.SIGINT, on_sigint)
         try:
             yield

@@ -20,6 +20,21 @@ def ros_env(**extra: str) -> dict[str, str]:
     return env
 
 
+#: Run a module as ``python -m`` would, with SIGINT at Python's default (KeyboardInterrupt).
+_CTRL_C_MAIN = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
+
+
+def with_ctrl_c(module: str, *args: str) -> list[str]:
+    """Python arguments running ``module`` with Ctrl-C working, as from a terminal.
+
+    A suite started in the background (``cmd &`` without job control) has SIGINT
+    ignored, and so would every child: a test that sends Ctrl-C to the CLI would wait
+    for nothing (a fresh-clone run started that way failed so). Nodes install their own
+    SIGINT handler (rclpy); our CLI, like Python, keeps an ignored SIGINT ignored."""
+    return ["-c", _CTRL_C_MAIN, module, *args]
+
+
 def start_python(args: Sequence[str], log_path: Path, **env: str) -> subprocess.Popen:
     """Start ``python args...`` with the repo importable, output to log_path."""
     log = open(log_path, "wb")

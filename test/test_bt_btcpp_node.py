@@ -254,13 +254,13 @@ def test_ctrl_c_on_flashrt_bt_run_halts_the_tree_and_cancels_the_goal(policy_nod
     import os
     import signal
 
-    from rosproc import start_python, stop
+    from rosproc import start_python, stop, with_ctrl_c
     client, actions = env
     log = tmp_path / "bt_run.log"
     since = len(actions.snapshot())
-    proc = start_python(["-m", "flashrt_ros.cli", "--node", f"{policy_node.namespace}/flashrt", "bt", "run",
-                         "interrupt_pause_resume.xml", "-b", "mission_steps:=100000", "-b", "interrupt:=false"],
-                        log)
+    proc = start_python(with_ctrl_c("flashrt_ros.cli", "--node", f"{policy_node.namespace}/flashrt", "bt", "run",
+                                    "interrupt_pause_resume.xml", "-b", "mission_steps:=100000",
+                                    "-b", "interrupt:=false"), log)
     try:
         wait_until(lambda: len(actions.snapshot()) >= since + 3, 90, "the tree's goal to drive the policy")
         os.killpg(proc.pid, signal.SIGINT)

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from flashrt_ros.cli import EXIT_INTERRUPTED, EXIT_UNREACHABLE, _parser, cli_hint
-from rosproc import NodeUnderTest, ros_env
+from rosproc import NodeUnderTest, ros_env, with_ctrl_c
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -62,8 +62,8 @@ def node(tmp_path_factory):
 
 def test_ctrl_c_on_generate_cancels_the_goal_and_exits_130(node):
     target = ["--node", f"{node.namespace}/flashrt"]
-    proc = subprocess.Popen([sys.executable, "-m", "flashrt_ros.cli", *target, "generate", "hi",
-                             "--raw", "--reset", "--max-new-tokens", "4000"],
+    proc = subprocess.Popen([sys.executable, *with_ctrl_c("flashrt_ros.cli", *target, "generate", "hi",
+                                                          "--raw", "--reset", "--max-new-tokens", "4000")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ros_env())
     streamed = threading.Event()
     chunks: list[bytes] = []

@@ -12,7 +12,7 @@ from std_msgs.msg import Float32MultiArray
 from flashrt_ros.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from node_fixtures import ros_node  # noqa: F401 - fixture
 from policy_io_harness import Feeder
-from rosproc import NodeUnderTest, ros_env
+from rosproc import NodeUnderTest, ros_env, with_ctrl_c
 
 OBS = lambda i: Float32MultiArray(data=[0.01 * (i % 13), -0.2, 0.0, 0.05, 0.5, -0.5])  # noqa: E731
 POLICY = {"engine_kind": "policy", "policy": "gru", "device": "cpu", "control_rate_hz": "20.0",
@@ -60,8 +60,8 @@ def test_run_policy_needs_a_bound(policy_node):
 
 
 def test_ctrl_c_on_run_policy_cancels_and_rolls_back(policy_node):
-    proc = subprocess.Popen([sys.executable, "-m", "flashrt_ros.cli", *policy_node, "run-policy",
-                             "--max-duration", "120", "--rollback-on-cancel"],
+    proc = subprocess.Popen([sys.executable, *with_ctrl_c("flashrt_ros.cli", *policy_node, "run-policy",
+                                                          "--max-duration", "120", "--rollback-on-cancel")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ros_env())
     third = threading.Event()
     lines: list[str] = []

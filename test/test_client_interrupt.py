@@ -2,9 +2,9 @@
 
 A SIGINT lands wherever the main thread is. Raised inside rclpy's executor or action
 client, the KeyboardInterrupt could leave a task half-run, and the goal cancel that
-follows it waited for good (a CLI once hung 60 s after Ctrl-C on a generating goal,
-`test_cli.py::test_ctrl_c_on_generate_cancels_the_goal_and_exits_130`). Here the signal
-is sent from inside a timer callback the client's executor runs: exactly the unsafe spot.
+follows it could wait for good. Here the signal is sent from inside a timer callback the
+client's executor runs: exactly the unsafe spot. A SIGINT the process started with
+ignored stays ignored, as Python leaves it.
 """
 from __future__ import annotations
 
@@ -15,6 +15,15 @@ import pytest
 import rclpy
 
 from flashrt_ros.client import FlashRTClient
+
+
+@pytest.fixture
+def sigint(request):
+    """SIGINT's disposition for the test (a suite started with ``&`` inherits it ignored)."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, request.param)
+    yield request.param
+    signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture
@@ -30,7 +39,8 @@ def lone_node():
         rclpy.try_shutdown()
 
 
-def test_ctrl_c_inside_an_rclpy_callback_is_raised_by_the_wait_after_it(lone_node):
+@pytest.mark.parametrize("sigint", [signal.default_int_handler], indirect=True)
+def test_ctrl_c_inside_an_rclpy_callback_is_raised_by_the_wait_after_it(lone_node, sigint):
     client = FlashRTClient(lone_node, "/nobody/flashrt")
     steps: list[str] = []
     ticks: list[int] = []
@@ -53,10 +63,21 @@ def test_ctrl_c_inside_an_rclpy_callback_is_raised_by_the_wait_after_it(lone_nod
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_a_second_ctrl_c_before_the_next_wait_slice_raises_at_once(lone_node):
+@pytest.mark.parametrize("sigint", [signal.default_int_handler], indirect=True)
+def test_a_second_ctrl_c_before_the_next_wait_slice_raises_at_once(lone_node, sigint):
     client = FlashRTClient(lone_node, "/nobody/flashrt")
     with client.sigint_at_safe_points():
         os.kill(os.getpid(), signal.SIGINT)          # marked only
         with pytest.raises(KeyboardInterrupt) as caught:
             os.kill(os.getpid(), signal.SIGINT)      # a wait that never comes back: raise now
         assert caught.traceback[-1].name == "on_sigint"
+
+
+@pytest.mark.parametrize("sigint", [signal.SIG_IGN], indirect=True)
+def test_an_ignored_sigint_stays_ignored(lone_node, sigint):
+    client = FlashRTClient(lone_node, "/nobody/flashrt")
+    with client.sigint_at_safe_points():
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)
+        assert client.wait_until(lambda: False, 0.2) is False      # nothing raised
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
