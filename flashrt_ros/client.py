@@ -46,12 +46,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from action_msgs.msg import GoalStatus
-from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
 
 from flashrt_ros.action import Generate, RunPolicy
+from flashrt_ros.ros.action_client import RaceFreeActionClient
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
                              Snapshot, SwitchSession, Unpin, Verify)
@@ -169,8 +169,8 @@ class FlashRTClient:
         self.namespace = namespace.rstrip("/") or ""
         self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
                          for verb, (srv, name) in SERVICES.items()}
-        self._generate = ActionClient(node, Generate, f"{self.namespace}/generate")
-        self._run_policy = ActionClient(node, RunPolicy, f"{self.namespace}/run_policy")
+        self._generate = RaceFreeActionClient(node, Generate, f"{self.namespace}/generate")
+        self._run_policy = RaceFreeActionClient(node, RunPolicy, f"{self.namespace}/run_policy")
         # Our own subscription to the action's feedback topic: rclpy's ActionClient drops a goal's
         # feedback callback as soon as its result arrives, and feedback travels on another topic,
         # so the last pieces can come after the result (and were silently lost).

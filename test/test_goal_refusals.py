@@ -10,6 +10,7 @@ from rclpy.action import ActionClient
 from rclpy.parameter import Parameter
 
 from flashrt_ros.action import Generate, RunPolicy
+from flashrt_ros.ros.action_client import RaceFreeActionClient  # the peer is already spinning
 from flashrt_ros.runtime.errors import ErrorCode
 from policy_io_harness import RosHarness, wait_until
 
@@ -57,7 +58,7 @@ def llm(ros, tmp_path_factory):
     ros.nodes.append(node)
     node.trigger_configure()
     node.trigger_activate()
-    client = ActionClient(ros.peer, Generate, "/refuse_llm/flashrt/generate")
+    client = RaceFreeActionClient(ros.peer, Generate, "/refuse_llm/flashrt/generate")
     # a parked session "other" with a transcript, then back to "default" with one of its own
     for session in ("other", "default"):
         result = _run(client, Generate.Goal(prompt="the robot picks up", max_new_tokens=4, session=session,
@@ -127,7 +128,7 @@ def test_a_goal_on_a_parked_session_still_continues_it(llm):
 def policy(ros, tmp_path_factory):
     node = ros.policy_node("refuse_policy", tmp_path_factory.mktemp("refuse_p"), run_mode="goal",
                            capsule_disk_budget_mb=0, rollback_on_cancel=True)
-    client = ActionClient(ros.peer, RunPolicy, "/refuse_policy/flashrt/run_policy")
+    client = RaceFreeActionClient(ros.peer, RunPolicy, "/refuse_policy/flashrt/run_policy")
     node._engine.capsules.switch_session("parked")
     node._engine.capsules.switch_session("default")
     yield node, client

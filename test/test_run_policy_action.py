@@ -10,6 +10,7 @@ from rclpy.parameter import Parameter
 from std_msgs.msg import Float32MultiArray
 
 from flashrt_ros.action import Generate, RunPolicy
+from flashrt_ros.ros.action_client import RaceFreeActionClient  # the peer is already spinning
 from policy_io_harness import Feeder, RosHarness, wait_until
 
 OBS = lambda i: Float32MultiArray(data=[0.01 * (i % 13), -0.2, 0.0, 0.05, 0.5, -0.5])  # noqa: E731
@@ -46,7 +47,7 @@ def test_policy_steps_only_during_a_goal_and_max_steps_is_exact(ros, goal_node):
     actions = ros.collect(Float32MultiArray, "/runp/flashrt/action")
     wait_until(lambda: goal_node._policy_io.inputs.has_new(), what="observations at the node")
     assert goal_node._policy_io.steps == 0 and not actions           # run_mode=goal: idle
-    client = ActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
+    client = RaceFreeActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
     feedback: list = []
     handle = _send(client, RunPolicy.Goal(max_steps=7), feedback.append)
     assert handle.accepted
@@ -58,7 +59,7 @@ def test_policy_steps_only_during_a_goal_and_max_steps_is_exact(ros, goal_node):
 
 
 def test_a_goal_must_end_by_itself(ros, goal_node):
-    client = ActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
+    client = RaceFreeActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
     result = _result(_send(client, RunPolicy.Goal()))
     assert not result.success and result.stop_reason == "error" and "max_steps" in result.message
 
@@ -68,7 +69,7 @@ def test_cancel_stops_at_a_boundary_and_rolls_back_when_asked(ros, goal_node, ro
     goal_node.set_parameters([Parameter("rollback_on_cancel", value=rollback)])
     engine = goal_node._engine
     start = engine.position
-    client = ActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
+    client = RaceFreeActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
     progressed = threading.Event()
     handle = _send(client, RunPolicy.Goal(max_duration_s=60.0),
                    lambda fb: fb.feedback.steps >= 3 and progressed.set())
@@ -90,7 +91,7 @@ def test_a_cancelled_goal_sent_one_feedback_per_reported_step(ros, goal_node):
     received: list = []
     ros.peer.create_subscription(RunPolicy.Impl.FeedbackMessage, "/runp/flashrt/run_policy/_action/feedback",
                                  received.append, FEEDBACK_QOS)
-    client = ActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
+    client = RaceFreeActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
     assert client.wait_for_server(timeout_sec=30)
     goal_id = UUID(uuid=list(range(16)))
     future = client.send_goal_async(RunPolicy.Goal(max_duration_s=60.0), goal_uuid=goal_id)
@@ -108,7 +109,7 @@ def test_a_cancelled_goal_sent_one_feedback_per_reported_step(ros, goal_node):
 def test_a_goal_runs_in_its_session(ros, goal_node):
     engine = goal_node._engine
     home, start = engine.capsules.sessions.current, engine.position
-    client = ActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
+    client = RaceFreeActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
     result = _result(_send(client, RunPolicy.Goal(max_steps=3, session="episode2")))
     assert result.success and result.steps == 3
     assert engine.capsules.sessions.current == "episode2" and engine.position == 3   # a new session starts cold
@@ -127,7 +128,7 @@ def test_cancelled_generation_rolls_back_when_asked(ros, tmp_path):
     ros.nodes.append(node)
     node.trigger_configure()
     node.trigger_activate()
-    client = ActionClient(ros.peer, Generate, "/genrb/flashrt/generate")
+    client = RaceFreeActionClient(ros.peer, Generate, "/genrb/flashrt/generate")
     first = _result(_send(client, Generate.Goal(prompt="hello there", max_new_tokens=4, reset=True)))
     assert first.success
     start = node._engine.status()["position"]
