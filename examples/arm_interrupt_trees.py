@@ -58,6 +58,7 @@ from flashrt_ros.benchmarks.arm_interrupts import CELLS, Episode, Interrupt, sum
 from flashrt_ros.bt import Reset, Restore, Rollback, RunPolicy, Snapshot  # noqa: E402
 from flashrt_ros.bt.requests import halted_goals_settled  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402
+from flashrt_ros.ros.spinning import BackgroundExecutor  # noqa: E402
 from flashrt_ros.sim.arm_task import ReachCriterion, forward_kinematics  # noqa: E402
 from mujoco_interrupt_resume import arm_topics, policy_parameters  # noqa: E402
 
@@ -282,8 +283,7 @@ class Supervisor:
         self.executor = MultiThreadedExecutor(num_threads=6)
         for n in (self.sim_node, self.policy_node, self.node):
             self.executor.add_node(n)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.spinner = BackgroundExecutor(self.executor)   # one raising callback must not stop every reply
         self.policy_node.trigger_configure()
         self.policy_node.trigger_activate()
         if not self.policy_node._active:
@@ -355,9 +355,8 @@ class Supervisor:
         return io is None or io.goal is None
 
     def close(self) -> None:
+        self.spinner.stop()          # before releasing anything: no dispatched callback is left running
         self.policy_node._release_engine()
-        self.executor.shutdown()
-        self.thread.join(5)
         for n in (self.node, self.policy_node, self.sim_node):
             self.executor.remove_node(n)
             n.destroy_node()

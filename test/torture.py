@@ -119,6 +119,7 @@ class Torturer:
         from rclpy.executors import MultiThreadedExecutor
 
         from flashrt_ros.client import FlashRTClient
+        from flashrt_ros.ros.spinning import BackgroundExecutor
 
         self.args = args
         self.node = Node(workdir)
@@ -131,8 +132,7 @@ class Torturer:
         self.ros_node = rclpy.create_node("torture_client")
         self.executor = MultiThreadedExecutor(num_threads=4)
         self.executor.add_node(self.ros_node)
-        self.spin_thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.spin_thread.start()
+        self.spinner = BackgroundExecutor(self.executor)
         self.client = FlashRTClient(self.ros_node, "/torture/flashrt")
 
     # --- one call -----------------------------------------------------------
@@ -350,8 +350,7 @@ class Torturer:
 
     def close(self) -> None:
         import rclpy
-        self.executor.shutdown()
-        self.spin_thread.join(10)
+        self.spinner.stop()
         self.ros_node.destroy_node()
         rclpy.try_shutdown()
 

@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from std_msgs.msg import Float64MultiArray
 
     from flashrt_ros.msg import EngineStatus
+    from flashrt_ros.ros.spinning import BackgroundExecutor
 
     work = Path(tempfile.mkdtemp(prefix="robot_rate_"))
     checkpoint = Path(args.checkpoint) if args.checkpoint else work / "act"
@@ -121,8 +122,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     node = rclpy.create_node("robot_rate_sensors", namespace=ns)
     executor = MultiThreadedExecutor(num_threads=2)
     executor.add_node(node)
-    spin = threading.Thread(target=executor.spin, daemon=True)
-    spin.start()
+    spinner = BackgroundExecutor(executor)
     commands: list[float] = []
     statuses: list[tuple[float, Any]] = []
     node.create_subscription(Float64MultiArray, f"{ns}/forward_controller/commands",
@@ -182,8 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 proc.wait(30)
             except Exception:  # noqa: BLE001
                 os.killpg(proc.pid, signal.SIGKILL)
-        executor.shutdown()
-        spin.join(5)
+        spinner.stop()
         node.destroy_node()
         rclpy.try_shutdown()
 

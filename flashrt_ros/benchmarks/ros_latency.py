@@ -15,7 +15,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -43,12 +42,13 @@ def main() -> int:
     from rclpy.executors import MultiThreadedExecutor
     from flashrt_ros.client import FlashRTClient
     from flashrt_ros.engine.stats import percentile
+    from flashrt_ros.ros.spinning import BackgroundExecutor
 
     rclpy.init()
     node = rclpy.create_node("bench_client")
     ex = MultiThreadedExecutor(num_threads=2)
     ex.add_node(node)
-    threading.Thread(target=ex.spin, daemon=True).start()
+    spinner = BackgroundExecutor(ex)
     try:
         deadline = time.monotonic() + 300
         while "active: serving" not in log.read_text(errors="replace"):
@@ -83,7 +83,7 @@ def main() -> int:
                   f"{statistics.median(eng):.3f} | {percentile(eng, 99):.3f} |")
         return 0
     finally:
-        ex.shutdown()
+        spinner.stop()
         node.destroy_node()
         rclpy.try_shutdown()
         os.killpg(proc.pid, signal.SIGINT)
