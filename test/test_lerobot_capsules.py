@@ -51,7 +51,10 @@ def test_restore_mid_chunk_resumes_bit_identically_and_reset_does_not(engines):
     resumed = _run(engine, episode[K:])
     assert all(torch.equal(a, b) for a, b in zip(reference, resumed, strict=True)), name
 
-    engine.capsules.reset()
+    # Reset with the seed the reference episode ran on: the same noise stream, so only the lost
+    # queue and observation history can make the first action differ (and with an OS-drawn seed a
+    # Diffusion action that clips to +-1 in every dimension could match the reference by chance).
+    engine.capsules.reset(**({} if engine.episode_seed is None else {"seed": engine.policy.cfg.seed}))
     after_reset = _run(engine, episode[K:])
     differing = sum(not torch.equal(a, b) for a, b in zip(reference, after_reset))
     assert differing >= 1 and not torch.equal(reference[0], after_reset[0]), name
@@ -103,7 +106,10 @@ def test_reset_without_a_seed_draws_a_fresh_reported_seed(tmp_path):
         seeds.append(engine.status()["episode_seed"])
         runs.append(_run(engine, obs))
     assert seeds[0] != seeds[1] and all(0 <= s < 1 << 63 for s in seeds)
-    assert not torch.equal(runs[0][0], runs[1][0])
+    # The seeds are the OS's, so compare whole episodes: this tiny random Diffusion clips about half
+    # its action values to +-1, so two seeds gave the same first action in 8 of 1,770 pairs (one
+    # fresh-clone CI run failed so); the 5 x 3 values of two draws matched in none.
+    assert not torch.equal(torch.stack(runs[0]), torch.stack(runs[1]))
     engine.capsules.reset(seed=seeds[0])                  # the reported seed replays that episode exactly
     assert all(torch.equal(a, b) for a, b in zip(runs[0], _run(engine, obs), strict=True))
     with pytest.raises(InvalidArgument, match="int64"):
