@@ -12,7 +12,8 @@ namespaced node does not get test/params_tiny_llm.yaml) in a subprocess and, for
   every save the node confirmed;
 - ``--kills`` times, at evenly spaced moments, the node is killed with SIGKILL while the
   saver is saving, restarted on the same capsule directory, and every confirmed
-  ``keep-*`` capsule must be listed and restore with ``verify=True``.
+  ``keep-*`` capsule must be listed and restore with ``verify=True`` (a BUSY or TIMEOUT
+  answer, the engine busy in a step, is re-sent until the call timeout).
 
 Counts: ``calls``, ``ok``, ``clear_errors`` (success=false with a code other than
 INTERNAL and a message), ``internal`` (INTERNAL answers), ``hangs`` (no answer within
@@ -41,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rosproc import start_python, wait_for_text  # noqa: E402
 
-INTERNAL, NOT_FOUND, CORRUPT = 99, 1, 6
+INTERNAL, NOT_FOUND, CORRUPT, BUSY, TIMEOUT = 99, 1, 6, 9, 13
+ENGINE_NOT_AT_BOUNDARY = (BUSY, TIMEOUT)     # a clear "try again": the node restored nothing
 POOL = ["a", "b", "c", "home", "x.y", "z-1"]
 FUZZ_NAMES = ["", "../x", "/abs", "a/b", "." + "hidden", "..", "ü", "a b", "x" * 10_000, "keep\x00",
               "k" * 128, "k" * 129, "CON", "-", "a.safetensors", "a.json"]
@@ -286,7 +288,8 @@ class Torturer:
             confirmed = dict(self.confirmed)
             self.counts.restarts_checked += 1
         for name, content in confirmed.items():
-            response = self.call("restore", name=name, verify=True)
+            response = restore_until_decided(lambda: self.call("restore", name=name, verify=True),
+                                             self.args.call_timeout)
             if name not in names or response is None or not response.success:
                 with self.lock:
                     self.counts.lost += 1
@@ -353,6 +356,27 @@ class Torturer:
         self.spinner.stop()
         self.ros_node.destroy_node()
         rclpy.try_shutdown()
+
+
+def restore_until_decided(restore: Callable[[], Any], deadline_s: float, *,
+                          clock: Callable[[], float] = time.monotonic,
+                          pause: Callable[[float], None] = time.sleep) -> Any:
+    """Re-send a capsule check's restore while the node answers BUSY or TIMEOUT.
+
+    Those answers mean the engine was inside a step for the whole boundary wait (a fuzzer's
+    generation on a node that has just restarted, on a loaded machine) and nothing was restored:
+    they say nothing about the capsule. Any other answer decides at once; no answer (None: the
+    call already counted a hang or an interruption) too. A capsule that is still not verified
+    at the deadline counts as lost.
+    """
+    end = clock() + deadline_s
+    while True:
+        response = restore()
+        undecided = (response is not None and not response.success
+                     and getattr(response, "error_code", None) in ENGINE_NOT_AT_BOUNDARY)
+        if not undecided or clock() >= end:
+            return response
+        pause(0.2)
 
 
 def _short(fields: dict) -> str:
