@@ -8,6 +8,7 @@ namespace) and ``demo`` (the scripted session of the README).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import functools
 import os
 import re
@@ -129,6 +130,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A crash in native code (rclpy, the DDS layer) prints the Python stack on stderr, so a
+    # report of exit -11 says where it happened.
+    faulthandler.enable()
     parser = _parser()
     args = parser.parse_args(argv)
     if args.timeout <= 0:
@@ -183,6 +187,7 @@ def _call(args: argparse.Namespace) -> int:
         print(f"error: {cli_hint(str(exc), args)}", file=sys.stderr)
         return EXIT_UNREACHABLE if exc.response is None else EXIT_FAILED
     finally:
+        client.close()
         node.destroy_node()
         rclpy.try_shutdown()
 

@@ -221,7 +221,7 @@ class FlashRTClient:
         client = self._clients[verb]
         deadline = time.monotonic() + wait_s
         while not client.wait_for_service(timeout_sec=min(0.2, wait_s)):
-            self._raise_if_interrupted()
+            self.raise_if_interrupted()
             if time.monotonic() > deadline:
                 raise ServiceCallError(
                     f"service {client.srv_name} not available after {wait_s:.1f} s "
@@ -551,7 +551,8 @@ class FlashRTClient:
             signal.signal(signal.SIGINT, previous)
             self._sigint_pending = False
 
-    def _raise_if_interrupted(self) -> None:
+    def raise_if_interrupted(self) -> None:
+        """Raise the KeyboardInterrupt that ``sigint_at_safe_points`` deferred, if any: a safe point."""
         if self._sigint_pending:
             self._sigint_pending = False
             raise KeyboardInterrupt
@@ -562,17 +563,26 @@ class FlashRTClient:
         self._decide_executor()
         deadline = time.monotonic() + timeout_s
         while not condition() and time.monotonic() < deadline:
-            self._raise_if_interrupted()
+            self.raise_if_interrupted()
             if self._own_executor is not None:
                 self._own_executor.spin_once(timeout_sec=0.05)
             else:
                 time.sleep(0.01)
-        self._raise_if_interrupted()
+        self.raise_if_interrupted()
         return condition()
 
     def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Spin (if we own the executor) until ``condition()`` or the timeout; e.g. for watch_status."""
         return self._wait_until(condition, timeout_s)
+
+    def close(self) -> None:
+        """Shut down the executor this client made for itself, if any; call before destroying the node.
+
+        Why: teardown in the order rclpy expects (executor, then node, then context), as
+        ``flashrt bt run`` does, instead of leaving the executor to the garbage collector."""
+        if self._own_executor is not None:
+            self._own_executor.shutdown()
+            self._own_executor = None
 
     def _decide_executor(self) -> None:
         """On the first wait: spin our node ourselves unless an executor already owns it."""
@@ -594,13 +604,13 @@ class FlashRTClient:
         if self._own_executor is not None:
             # Short slices: a KeyboardInterrupt is raised between them, not after timeout_s.
             while not any(f.done() for f in futures) and (left := deadline - time.monotonic()) > 0:
-                self._raise_if_interrupted()
+                self.raise_if_interrupted()
                 self._own_executor.spin_once(timeout_sec=min(left, 0.05))
         else:
             done = threading.Event()
             for f in futures:
                 f.add_done_callback(lambda _f: done.set())
             while not done.is_set() and (left := deadline - time.monotonic()) > 0:
-                self._raise_if_interrupted()
+                self.raise_if_interrupted()
                 done.wait(min(left, 0.05))
-        self._raise_if_interrupted()
+        self.raise_if_interrupted()

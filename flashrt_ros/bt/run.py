@@ -3,7 +3,10 @@
 One thread does everything: tick the tree, then spin the client's node until the
 next tick is due, so the flashrt nodes' futures complete between ticks and no
 tick waits on the network. Ctrl-C halts the tree (running goals are cancelled at
-their next committed boundary) and gives the cancels a moment to go out.
+their next committed boundary) and gives the cancels a moment to go out. It is
+taken only between spin slices and ticks (the client's ``sigint_at_safe_points``):
+landing inside rclpy it once broke a feedback message's conversion, and the
+process exited 1 instead of halting the tree.
 """
 from __future__ import annotations
 
@@ -110,22 +113,11 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
             say(f"warning: {node} not found within {wait_s:g} s (is it running, on this ROS_DOMAIN_ID?); "
                 "ticking anyway")
         say(f"ticking {tree_file.name} at {rate_hz:g} Hz against {node}")
-        period, last, next_tick = 1.0 / rate_hz, None, time.monotonic()
+        period, next_tick = 1.0 / rate_hz, time.monotonic()
+        interrupted = client.raise_if_interrupted
         try:
-            while True:
-                status = tree.tick_once()
-                if status != last:
-                    say(f"{time.monotonic() - start:8.3f}  tree: {status.name}")
-                    last = status
-                if status in (bt.NodeStatus.SUCCESS, bt.NodeStatus.FAILURE):
-                    return EXIT_OK if status == bt.NodeStatus.SUCCESS else EXIT_FAILED
-                if (max_seconds and time.monotonic() - start > max_seconds) or (stop is not None and stop()):
-                    tree.halt_tree()
-                    _spin_for(executor, 1.0)
-                    say(f"stopped after {time.monotonic() - start:.1f} s, tree halted")
-                    return EXIT_FAILED
-                next_tick += period
-                _spin_until(executor, next_tick)
+            with client.sigint_at_safe_points():
+                return _tick(tree, executor, period, next_tick, start, say, max_seconds, stop, interrupted)
         except KeyboardInterrupt:
             tree.halt_tree()
             _spin_for(executor, 1.0)         # let the cancel requests go out
@@ -137,12 +129,41 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
         rclpy.try_shutdown()
 
 
-def _spin_until(executor: Any, deadline: float, done: Callable[[], bool] | None = None) -> bool:
-    """Spin until ``deadline`` (or until ``done()``, checked every 50 ms); returns whether done."""
+def _tick(tree: Any, executor: Any, period: float, next_tick: float, start: float, say: Callable[[str], None],
+          max_seconds: float, stop: Callable[[], bool] | None, interrupted: Callable[[], None]) -> int:
+    """Tick until the tree ends or is stopped; Ctrl-C surfaces only from ``interrupted()``, between slices."""
+    import behaviortreepy as bt
+
+    last = None
+    while True:
+        interrupted()
+        status = tree.tick_once()
+        if status != last:
+            say(f"{time.monotonic() - start:8.3f}  tree: {status.name}")
+            last = status
+        if status in (bt.NodeStatus.SUCCESS, bt.NodeStatus.FAILURE):
+            return EXIT_OK if status == bt.NodeStatus.SUCCESS else EXIT_FAILED
+        if (max_seconds and time.monotonic() - start > max_seconds) or (stop is not None and stop()):
+            tree.halt_tree()
+            _spin_for(executor, 1.0)
+            say(f"stopped after {time.monotonic() - start:.1f} s, tree halted")
+            return EXIT_FAILED
+        next_tick += period
+        _spin_until(executor, next_tick, between_slices=interrupted)
+
+
+def _spin_until(executor: Any, deadline: float, done: Callable[[], bool] | None = None,
+                between_slices: Callable[[], None] | None = None) -> bool:
+    """Spin in slices of at most 50 ms until ``deadline`` or ``done()``; returns whether done.
+
+    ``between_slices`` runs before each slice: where a deferred Ctrl-C is raised, never
+    inside rclpy (a KeyboardInterrupt there can break a message conversion half-way)."""
     while (left := deadline - time.monotonic()) > 0:
+        if between_slices is not None:
+            between_slices()
         if done is not None and done():
             return True
-        executor.spin_once(timeout_sec=min(left, 0.05) if done is not None else left)
+        executor.spin_once(timeout_sec=min(left, 0.05))
     return done is not None and done()
 
 
