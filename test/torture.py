@@ -40,9 +40,11 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from flashrt_ros.runtime.errors import ErrorCode  # noqa: E402
 from rosproc import start_python, wait_for_text  # noqa: E402
 
-INTERNAL, NOT_FOUND, CORRUPT, BUSY, TIMEOUT = 99, 1, 6, 9, 13
+INTERNAL, NOT_FOUND, CORRUPT, BUSY, TIMEOUT = (ErrorCode.INTERNAL, ErrorCode.NOT_FOUND, ErrorCode.CORRUPT,
+                                               ErrorCode.BUSY, ErrorCode.TIMEOUT)
 ENGINE_NOT_AT_BOUNDARY = (BUSY, TIMEOUT)     # a clear "try again": the node restored nothing
 POOL = ["a", "b", "c", "home", "x.y", "z-1"]
 FUZZ_NAMES = ["", "../x", "/abs", "a/b", "." + "hidden", "..", "ü", "a b", "x" * 10_000, "keep\x00",

@@ -113,11 +113,25 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
             say(f"warning: {node} not found within {wait_s:g} s (is it running, on this ROS_DOMAIN_ID?); "
                 "ticking anyway")
         say(f"ticking {tree_file.name} at {rate_hz:g} Hz against {node}")
-        period, next_tick = 1.0 / rate_hz, time.monotonic()
-        interrupted = client.raise_if_interrupted
+        period, last, next_tick = 1.0 / rate_hz, None, time.monotonic()
+        interrupted = client.raise_if_interrupted      # where a deferred Ctrl-C is raised
         try:
             with client.sigint_at_safe_points():
-                return _tick(tree, executor, period, next_tick, start, say, max_seconds, stop, interrupted)
+                while True:
+                    interrupted()
+                    status = tree.tick_once()
+                    if status != last:
+                        say(f"{time.monotonic() - start:8.3f}  tree: {status.name}")
+                        last = status
+                    if status in (bt.NodeStatus.SUCCESS, bt.NodeStatus.FAILURE):
+                        return EXIT_OK if status == bt.NodeStatus.SUCCESS else EXIT_FAILED
+                    if (max_seconds and time.monotonic() - start > max_seconds) or (stop is not None and stop()):
+                        tree.halt_tree()
+                        _spin_for(executor, 1.0)
+                        say(f"stopped after {time.monotonic() - start:.1f} s, tree halted")
+                        return EXIT_FAILED
+                    next_tick += period
+                    _spin_until(executor, next_tick, between_slices=interrupted)
         except KeyboardInterrupt:
             tree.halt_tree()
             _spin_for(executor, 1.0)         # let the cancel requests go out
@@ -127,29 +141,6 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
         executor.shutdown()
         ros_node.destroy_node()
         rclpy.try_shutdown()
-
-
-def _tick(tree: Any, executor: Any, period: float, next_tick: float, start: float, say: Callable[[str], None],
-          max_seconds: float, stop: Callable[[], bool] | None, interrupted: Callable[[], None]) -> int:
-    """Tick until the tree ends or is stopped; Ctrl-C surfaces only from ``interrupted()``, between slices."""
-    import behaviortreepy as bt
-
-    last = None
-    while True:
-        interrupted()
-        status = tree.tick_once()
-        if status != last:
-            say(f"{time.monotonic() - start:8.3f}  tree: {status.name}")
-            last = status
-        if status in (bt.NodeStatus.SUCCESS, bt.NodeStatus.FAILURE):
-            return EXIT_OK if status == bt.NodeStatus.SUCCESS else EXIT_FAILED
-        if (max_seconds and time.monotonic() - start > max_seconds) or (stop is not None and stop()):
-            tree.halt_tree()
-            _spin_for(executor, 1.0)
-            say(f"stopped after {time.monotonic() - start:.1f} s, tree halted")
-            return EXIT_FAILED
-        next_tick += period
-        _spin_until(executor, next_tick, between_slices=interrupted)
 
 
 def _spin_until(executor: Any, deadline: float, done: Callable[[], bool] | None = None,
