@@ -80,6 +80,11 @@ def _tagged(code: int, message: str) -> str:
 _halted: "weakref.WeakKeyDictionary[Any, list[GoalRequest]]" = weakref.WeakKeyDictionary()
 
 
+def unsettled_goals(client: Any) -> int:
+    """How many goals halted through ``client`` have not reported their result yet."""
+    return len(_halted.get(client, ()))
+
+
 def halted_goals_settled(client: Any) -> bool:
     """True once every goal halted through ``client`` has reported its result (or was given up)."""
     goals = _halted.get(client)

@@ -2,11 +2,12 @@
 
 One thread does everything: tick the tree, then spin the client's node until the
 next tick is due, so the flashrt nodes' futures complete between ticks and no
-tick waits on the network. Ctrl-C halts the tree (running goals are cancelled at
-their next committed boundary) and gives the cancels a moment to go out. It is
-taken only between spin slices and ticks (the client's ``sigint_at_safe_points``):
-landing inside rclpy it once broke a feedback message's conversion, and the
-process exited 1 instead of halting the tree.
+tick waits on the network. Ctrl-C halts the tree: running goals are cancelled at
+their next committed boundary, and bt run exits once each has reported its result
+(BT.CPP's halt is synchronous; a node takes its next goal only after that). A
+second Ctrl-C stops waiting. Ctrl-C is taken only between spin slices and ticks
+(the client's ``sigint_at_safe_points``): landing inside rclpy it once broke a
+feedback message's conversion, and the process exited 1 instead of halting the tree.
 """
 from __future__ import annotations
 
@@ -126,21 +127,47 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
                     if status in (bt.NodeStatus.SUCCESS, bt.NodeStatus.FAILURE):
                         return EXIT_OK if status == bt.NodeStatus.SUCCESS else EXIT_FAILED
                     if (max_seconds and time.monotonic() - start > max_seconds) or (stop is not None and stop()):
-                        tree.halt_tree()
-                        _spin_for(executor, 1.0)
-                        say(f"stopped after {time.monotonic() - start:.1f} s, tree halted")
+                        outcome = _halt(tree, executor, client, say)
+                        say(f"stopped after {time.monotonic() - start:.1f} s, tree halted{outcome}")
                         return EXIT_FAILED
                     next_tick += period
                     _spin_until(executor, next_tick, between_slices=interrupted)
         except KeyboardInterrupt:
-            tree.halt_tree()
-            _spin_for(executor, 1.0)         # let the cancel requests go out
-            say("interrupted: tree halted (running goals cancelled at their next boundary)")
+            say(f"interrupted: tree halted{_halt(tree, executor, client, say)}")
             return EXIT_INTERRUPTED
     finally:
         executor.shutdown()
         ros_node.destroy_node()
         rclpy.try_shutdown()
+
+
+def _halt(tree: Any, executor: Any, client: Any, say: Callable[[str], None]) -> str:
+    """Halt the tree and wait until each goal it cancelled has reported its result.
+
+    A node ends a cancelled goal at its next committed boundary (after any rollback) and
+    refuses another goal until then: exiting at once made the next tree's RunPolicy meet
+    BUSY. The wait is bounded (``SETTLE_TIMEOUT_S``: a silent goal is given up on) and a
+    second Ctrl-C ends it. Returns how the halt ended, for the last line printed."""
+    from flashrt_ros.bt.requests import SETTLE_TIMEOUT_S, halted_goals_settled, unsettled_goals
+
+    tree.halt_tree()
+    if halted_goals_settled(client):
+        return ""
+    count = lambda n: f"{n} cancelled goal{'s' if n != 1 else ''}"  # noqa: E731
+    say(f"waiting for {count(unsettled_goals(client))} to end (Ctrl-C again: stop waiting)")
+    waited_from = time.monotonic()
+    try:
+        with client.sigint_at_safe_points():
+            _spin_until(executor, time.monotonic() + SETTLE_TIMEOUT_S + 1.0,
+                        lambda: halted_goals_settled(client), between_slices=client.raise_if_interrupted)
+    except KeyboardInterrupt:
+        pass
+    left = unsettled_goals(client)
+    if left:
+        return f"; stopped waiting: {count(left)} had not ended (the node may still be running it)"
+    if time.monotonic() - waited_from >= SETTLE_TIMEOUT_S:     # settled() gave a silent goal up
+        return f"; gave up after {SETTLE_TIMEOUT_S:g} s: a cancelled goal did not report its result"
+    return ", every cancelled goal ended"
 
 
 def _spin_until(executor: Any, deadline: float, done: Callable[[], bool] | None = None,
@@ -156,7 +183,3 @@ def _spin_until(executor: Any, deadline: float, done: Callable[[], bool] | None 
             return True
         executor.spin_once(timeout_sec=min(left, 0.05))
     return done is not None and done()
-
-
-def _spin_for(executor: Any, seconds: float) -> None:
-    _spin_until(executor, time.monotonic() + seconds)
