@@ -509,15 +509,18 @@ class FlashRTClient:
                 raise ServiceCallError(f"service {self.namespace}/{name} not available after "
                                        f"{timeout_s:.1f} s (is the node running, and on the same "
                                        "ROS_DOMAIN_ID?)", TIMEOUT_CODE)
-            deadline, window, response = time.monotonic() + timeout_s, 2.0, None
+            deadline, window, response, sent = time.monotonic() + timeout_s, 2.0, None, 0
             while response is None and (left := deadline - time.monotonic()) > 0:
                 future = client.call_async(request)
+                sent += 1
                 response = self._wait(future, min(window, left))
                 if response is None:
                     client.remove_pending_request(future)
                 window *= 2
             if response is None:
-                raise ServiceCallError(f"{self.namespace}/{name}: no response within {timeout_s:.1f} s", TIMEOUT_CODE)
+                seen = "still advertised" if client.service_is_ready() else "no longer advertised"
+                raise ServiceCallError(f"{self.namespace}/{name}: no response within {timeout_s:.1f} s "
+                                       f"(TIMEOUT; sent {sent} times, the service is {seen})", TIMEOUT_CODE)
             return response
         finally:
             self.node.destroy_client(client)
