@@ -209,21 +209,26 @@ LLM_TREE = """<root BTCPP_format="4"><BehaviorTree ID="Llm"><Sequence>
   <Fallback>
     <ReactiveSequence>
       <ScriptCondition code="!stop"/>
-      <Generate name="long" max_new_tokens="200" rollback_on_cancel="true"/>
+      <Generate name="long" max_new_tokens="LONG_TOKENS" rollback_on_cancel="true"/>
     </ReactiveSequence>
     <AlwaysSuccess/>
   </Fallback>
   <Snapshot capsule="llm_after" overwrite="true" position="{after}"/>
 </Sequence></BehaviorTree></root>"""
+# "long" must still be decoding when its cancel arrives: a goal that ends first is not cancelled,
+# so nothing is rolled back. 200 tokens take about 0.17 s on a 2-core CPU, and once ended before
+# the cancel beside two busy loops; 4000 take about 3.4 s (greedy; no stop token among them). A
+# cancel that never took effect still fails here (after = before + LONG_TOKENS).
+LONG_TOKENS = 4000
 
 
 def test_generate_node_and_its_halt_with_rollback_on_an_llm_node(tmp_path, ros_node):  # noqa: F811
     from flashrt_ros.client import FlashRTClient
-    with active_node(tmp_path, "btllm", {"model": "random-llama-tiny", "max_context": "256",
+    with active_node(tmp_path, "btllm", {"model": "random-llama-tiny", "max_context": str(LONG_TOKENS + 96),
                                           "prefill_chunk": "16"}) as node:
         client = FlashRTClient(ros_node, f"{node.namespace}/flashrt")
         wait_until(lambda: client.generate_ready() and client.wait_for("snapshot", 0.0), 60, "the LLM node")
-        r = Runner(client, LLM_TREE, stop=False)
+        r = Runner(client, LLM_TREE.replace("LONG_TOKENS", str(LONG_TOKENS)), stop=False)
         r.tick_until(lambda: r.happened("long", "started"))
         r.set("stop", True)                  # the next tick halts "long": it cannot finish unticked
         assert r.tick_until() == bt.NodeStatus.SUCCESS, r.events
