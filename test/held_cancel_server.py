@@ -15,9 +15,9 @@ from pathlib import Path
 import rclpy
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 
 from flashrt_ros.action import Generate, RunPolicy
+from flashrt_ros.ros.spinning import serve_until_interrupted
 from flashrt_ros.srv import ListCapsules
 
 NAMESPACE = "/held/flashrt"
@@ -47,18 +47,8 @@ def main(markers: Path) -> None:
     ActionServer(node, Generate, f"{NAMESPACE}/generate", execute_callback=generate, callback_group=group)
     ActionServer(node, RunPolicy, f"{NAMESPACE}/run_policy", execute_callback=run_policy,
                  cancel_callback=lambda _goal: CancelResponse.ACCEPT, callback_group=group)
-    executor = MultiThreadedExecutor(num_threads=4)
-    executor.add_node(node)
     print("held cancel server ready", flush=True)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        (markers / "release").touch()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    serve_until_interrupted(node, num_threads=4, on_exit=(markers / "release").touch)
 
 
 if __name__ == "__main__":

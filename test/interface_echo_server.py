@@ -11,10 +11,10 @@ import threading
 
 import rclpy
 from rclpy.action import ActionServer
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 
 from flashrt_ros.action import Generate
 from flashrt_ros.msg import CapsuleInfo
+from flashrt_ros.ros.spinning import serve_until_interrupted
 from flashrt_ros.srv import (Drop, Fork, ListCapsules, Load, Restore, Rollback, Save, Snapshot,
                              Verify)
 
@@ -64,17 +64,8 @@ def main() -> None:
         node.create_service(srv, f"/echo/{name}", echo)
     ActionServer(node, Generate, "/echo/generate", execute_callback=generate)
     LATE_FEEDBACK.append(node.create_publisher(Generate.Impl.FeedbackMessage, "/echo/generate/_action/feedback", 10))
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
     print("echo server ready", flush=True)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    serve_until_interrupted(node, num_threads=2)
 
 
 if __name__ == "__main__":

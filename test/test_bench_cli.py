@@ -60,7 +60,11 @@ def test_time_budget_skips_measurements_with_a_note(tmp_path: Path) -> None:
     result = _result(tmp_path)
     assert "cold_ttft_ms" not in result["rows"][0]
     assert any(n.startswith("skipped ours llama-tiny @ 32") for n in result["notes"])
-    assert "n/a" in (tmp_path / "llm.md").read_text()
+    markdown = (tmp_path / "llm.md").read_text()
+    assert "n/a" in markdown
+    # nothing measured, nothing drawn: a note says why instead of an empty plot
+    assert not (tmp_path / "llm_ttft.png").exists() and "llm_ttft.png" not in markdown
+    assert any(n.startswith("plot skipped: no row has a measured") for n in result["notes"])
 
 
 def test_zero_chunk_or_repetitions_are_refused_before_anything_runs(tmp_path: Path) -> None:

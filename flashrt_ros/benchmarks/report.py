@@ -125,15 +125,20 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except Exception as exc:
         return f"plot skipped: matplotlib not importable ({type(exc).__name__})"
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     series = [("cold_turn_ttft_ms", "ours cold N+T"), ("followup_ttft_ms", "ours capsule + turn"),
               ("hf_cold_turn_ttft_ms", "HF cold N+T"), ("hf_followup_deepcopy_ms", "HF deepcopy + turn")]
+    lines = []
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
         for key, label in series:
             pts = [(r["context"], r[key]) for r in mine if r.get(key) is not None]
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=f"{model}: {label}")
+                lines.append((pts, f"{model}: {label}"))
+    if not lines:
+        return "plot skipped: no row has a measured follow-up-turn time (all were skipped)"
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for pts, label in lines:
+        ax.plot(*zip(*pts), marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("tokens already in the conversation N")

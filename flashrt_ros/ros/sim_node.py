@@ -28,13 +28,13 @@ import time
 from typing import Any
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from std_srvs.srv import Trigger
 
+from flashrt_ros.ros.spinning import serve_until_interrupted
 from flashrt_ros.srv import Restore, Snapshot
 
 
@@ -152,17 +152,7 @@ class SimNode(Node):
 
 def main(argv: list[str] | None = None) -> int:
     rclpy.init(args=argv if argv is not None else sys.argv)
-    node = SimNode()
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    serve_until_interrupted(SimNode(), num_threads=2)
     return 0
 
 

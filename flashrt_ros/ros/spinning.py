@@ -9,16 +9,19 @@ exception was never retrieved: cannot use Destroyable because destruction was re
 at exit (the MuJoCo demo did; a 30-iteration loop reproduces it 2 to 6 times). ``stop()``
 therefore stops spinning first, joins the thread, waits for the handlers already
 dispatched, and only then shuts the executor down. Release engines and destroy nodes
-after ``stop()``.
+after ``stop()``. ``serve_until_interrupted`` is the foreground form for a small process
+serving one node until Ctrl-C or an rclpy shutdown.
 """
 from __future__ import annotations
 
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
-from rclpy.executors import ExternalShutdownException
+import rclpy
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
 
 
 class BackgroundExecutor:
@@ -52,3 +55,24 @@ class BackgroundExecutor:
         finished = not self._thread.is_alive() and all(f.done() for f in dispatched)
         self.executor.shutdown()
         return finished
+
+
+def serve_until_interrupted(node: Node, *, num_threads: int,
+                            on_exit: Callable[[], None] | None = None) -> None:
+    """Spin ``node`` until Ctrl-C or an rclpy shutdown, then tear down executor, node, rclpy.
+
+    ``on_exit`` runs first, while the node still exists (e.g. to release a handler that
+    would otherwise keep the executor from shutting down).
+    """
+    executor = MultiThreadedExecutor(num_threads=num_threads)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if on_exit is not None:
+            on_exit()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
