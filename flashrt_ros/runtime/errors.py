@@ -29,6 +29,8 @@ class ErrorCode(IntEnum):
     PINNED = 14
     CANCELLED = 15      # the node stopped the work (a goal ended by deactivate); a client's own
                         # cancel reports stop_reason "cancelled" with success
+    LEASE_EXPIRED = 16  # a goal's client stopped renewing its lease (it died or hangs): the node ended it
+    STALE_INPUTS = 17   # a RunPolicy goal waited longer than its stale_timeout_s for fresh inputs
     INTERNAL = 99
 
 
@@ -93,3 +95,11 @@ class ContextOverflow(FlashRTError):
 
 class PinnedCapsule(FlashRTError):
     code = ErrorCode.PINNED
+
+
+class LeaseExpired(FlashRTError):
+    code = ErrorCode.LEASE_EXPIRED
+
+
+class StaleInputs(FlashRTError):
+    code = ErrorCode.STALE_INPUTS
