@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from action_msgs.msg import GoalStatus
+
 from flashrt_ros.runtime.errors import ErrorCode
 from node_fixtures import active_node, client_of, ros_node  # noqa: F401 - fixture
 from capsule_files import rewrite_manifest
@@ -161,13 +163,19 @@ def test_cancel_stops_at_a_boundary_and_state_stays_restorable(client):
     assert list(again.token_ids) == list(first.token_ids)
 
 
-def test_a_second_goal_is_rejected_while_one_runs(client):
+def test_a_second_goal_is_refused_with_busy_naming_the_running_one(client):
+    from flashrt_ros.goal_lease import goal_key
     started = threading.Event()
     handle = client._wait(client.generate_async("go", feedback=lambda fb: started.set(),
                                                 max_new_tokens=200, reset=True), 10)
     assert handle.accepted and started.wait(60)
     second = client._wait(client.generate_async("", max_new_tokens=2), 10)
-    assert not second.accepted
+    refused = client.wait_result(second, 60)
+    assert refused.status == GoalStatus.STATUS_ABORTED and not refused.result.success
+    assert refused.result.error_code == ErrorCode.BUSY
+    message = refused.result.message
+    assert goal_key(handle.goal_id) in message and client.owner in message, message
+    assert f"flashrt cancel {goal_key(handle.goal_id)}" in message, message
     client._wait(handle.cancel_goal_async(), 10)
     client._wait(handle.get_result_async(), 60)
 

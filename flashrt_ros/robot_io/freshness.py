@@ -64,6 +64,12 @@ class LatestInputs:
             self._latest[name] = Sample(value, received_s, received_s if stamp_s is None else stamp_s,
                                         self._serials[name])
 
+    def discard_pending(self) -> None:
+        """Count every sample held now as stepped on: only later ones are new (``require_new``)."""
+        with self._lock:
+            for name, sample in self._latest.items():
+                self._taken[name] = sample.serial
+
     def received(self, name: str) -> int:
         """How many samples of input ``name`` have arrived (a harness waits on it)."""
         with self._lock:

@@ -104,8 +104,9 @@ def engine_status(status: Mapping[str, Any], lifecycle_state: str, stamp: Time) 
     """The engine's status() dict as an EngineStatus message (unknown keys ignored)."""
     msg = EngineStatus(stamp=stamp, lifecycle_state=lifecycle_state)
     for field, cast in (("engine_kind", str), ("model", str), ("device", str), ("session", str),
-                        ("busy", bool), ("step_p50_ms", float), ("step_p99_ms", float),
-                        ("inputs_state", str), ("inputs_detail", str)):
+                        ("busy", bool), ("paused", bool), ("step_p50_ms", float), ("step_p99_ms", float),
+                        ("inputs_state", str), ("inputs_detail", str), ("goal_id", str),
+                        ("goal_owner", str), ("goal_state", str)):
         if status.get(field) is not None:
             setattr(msg, field, cast(status[field]))
     for field in ("position", "boundary_id", "capsule_count", "arena_bytes", "live_bytes",

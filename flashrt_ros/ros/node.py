@@ -32,9 +32,16 @@ BoundaryGate serialises everything that touches state.
 Sessions: a Generate goal naming a ``session`` other than the current one
 parks the current state as a hidden capsule and restores that session's (a
 new one starts empty) before it runs; ``~/status`` and ListCapsules report it.
+
+Goals (RunPolicy, Generate) never outlive their clients: ``goals.GoalBook``
+keeps each running goal's owner and lease, renewed on ``~/goal_heartbeat``; a
+second goal is aborted with BUSY naming the first. SIGINT and SIGTERM end every
+goal at its next boundary (clients get a result), then the node exits.
 """
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -47,20 +54,26 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 from std_srvs.srv import Trigger
 
 from flashrt_ros.action import Generate
 from flashrt_ros.engine.sampling import SamplingParams
-from flashrt_ros.msg import EngineStatus
+from flashrt_ros.msg import EngineStatus, GoalHeartbeat
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary, tier_bytes
+from flashrt_ros.ros.goals import GoalBook, RunningGoal, goal_id_hex
 from flashrt_ros.ros.parameters import PARAMS, NodeConfig, check_value, descriptor
 from flashrt_ros.ros.robot_io_params import declare_robot_io_parameters, read_robot_io_config
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.runtime.disk import capsule_path
-from flashrt_ros.runtime.errors import ErrorCode, FlashRTError, InvalidArgument, NotActive
+from flashrt_ros.runtime.errors import Busy, ErrorCode, FlashRTError, InvalidArgument, LeaseExpired, NotActive
 from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
                              Snapshot, SwitchSession, Unpin, Verify)
+
+
+#: Verbs that replace the live state (``PolicyIO.state_replaced`` then applies ``inputs_after_restore``).
+_REPLACE_STATE = frozenset({"restore", "reset", "rollback", "switch_session"})
 
 
 class FlashRTNode(LifecycleNode):
@@ -78,6 +91,8 @@ class FlashRTNode(LifecycleNode):
         self._config = self._read_config()
         self._generation_lock = threading.Lock()     # one Generate goal at a time
         self._policy_io: Any = None
+        self._shutting_down = False                  # set by shut_down_goals(): goals end, none starts
+        self._goals = GoalBook(on_change=self._publish_status)
 
         self._state_group = ReentrantCallbackGroup()
         self._action_group = ReentrantCallbackGroup()
@@ -90,7 +105,12 @@ class FlashRTNode(LifecycleNode):
             feedback_pub_qos_profile=FEEDBACK_QOS, callback_group=self._action_group)
         from flashrt_ros.ros.policy_action import PolicyActionServer
         self._run_policy_server = PolicyActionServer(self, self._action_group,
-                                                     lambda: self._policy_io, lambda: self._engine)
+                                                     lambda: self._policy_io, lambda: self._engine,
+                                                     self._goals, lambda: self._shutting_down)
+        # Heartbeats in a group of their own: never queued behind a step, a service or a goal.
+        self.create_subscription(GoalHeartbeat, "~/goal_heartbeat", lambda m: self._goals.renew(m.goal_ids),
+                                 QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
+                                 callback_group=MutuallyExclusiveCallbackGroup())
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
         self._status_pub = self.create_publisher(EngineStatus, "~/status", latched)
@@ -200,6 +220,14 @@ class FlashRTNode(LifecycleNode):
             self._policy_io.destroy()
             self._policy_io = None
 
+    def shut_down_goals(self) -> None:
+        """SIGINT / SIGTERM: refuse new work; every running goal ends at its next boundary."""
+        self._shutting_down = True
+        self._active = False           # Generate stops at its next token; services answer NOT_ACTIVE
+
+    def goals_running(self) -> bool:
+        return self._goals.current() is not None
+
     def _release_engine(self) -> None:
         self._stop_serving()
         if self._engine is not None:
@@ -242,6 +270,8 @@ class FlashRTNode(LifecycleNode):
                         handler(capsules, request, response)
                     finally:
                         timing["ms"] = (time.perf_counter() - t0) * 1e3
+                    if verb in _REPLACE_STATE and self._policy_io is not None:
+                        self._policy_io.state_replaced()
 
                 if at_boundary_only:
                     capsules.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
@@ -364,28 +394,33 @@ class FlashRTNode(LifecycleNode):
 
     # --- generate action -------------------------------------------------
     def _accept_goal(self, goal: Any) -> GoalResponse:
-        """Accept one goal at a time, only while active with an LLM engine."""
+        """Accept goals only while active with an LLM engine (a second one is aborted with BUSY)."""
         if not self._active or self._engine is None or self._config.engine_kind != "llm":
             self.get_logger().warning("generate goal rejected: node not active with an llm engine")
-            return GoalResponse.REJECT
-        if self._generation_lock.locked():
-            self.get_logger().warning("generate goal rejected: a generation is already running")
             return GoalResponse.REJECT
         return GoalResponse.ACCEPT
 
     def _execute_generate(self, goal_handle: Any) -> Any:
         result = Generate.Result()
         if not self._generation_lock.acquire(blocking=False):
+            running = self._goals.running("generate")
             goal_handle.abort()
-            conv.fill_error(result, FlashRTError("a generation is already running", ErrorCode.BUSY))
+            conv.fill_error(result, Busy(
+                "a generation is already running: " + (running.describe() if running is not None else "")
+                + f"; end it with `flashrt cancel {running.goal_id if running is not None else '--all'}`"))
+            self.get_logger().warning(f"generate: {result.message}")
             result.stop_reason = "error"
             return result
+        lease = self._goals.begin("generate", goal_id_hex(goal_handle.goal_id.uuid), goal_handle.request.owner,
+                                  goal_handle.request.lease_s)
+        lease.state = "generating"
         try:
-            return conv.sendable(self._run_generation(goal_handle, result), self.get_logger())
+            return conv.sendable(self._run_generation(goal_handle, result, lease), self.get_logger())
         finally:
+            self._goals.end(lease)
             self._generation_lock.release()
 
-    def _run_generation(self, goal_handle: Any, result: Any) -> Any:
+    def _run_generation(self, goal_handle: Any, result: Any, lease: RunningGoal) -> Any:
         goal = goal_handle.request
         engine = self._engine
         index = 0
@@ -395,11 +430,14 @@ class FlashRTNode(LifecycleNode):
             goal_handle.publish_feedback(Generate.Feedback(
                 token_id=int(token_id), text_piece=piece, index=index, position=int(transcript_length)))
             index += 1
+            lease.steps = index
 
         capsule, rolled_back = None, False
         try:
             if engine is None or not self._active:
                 raise NotActive("node is not active")
+            if goal.lease_s < 0:
+                raise InvalidArgument(f"lease_s must be >= 0 (0: no lease), got {goal.lease_s:g}")
             # Every check that can refuse the goal runs before the reset writes; those that need the
             # goal's session run there, at the switch's boundary, and a refusal undoes the switch.
             sampling = SamplingParams(temperature=float(goal.temperature), top_k=int(goal.top_k),
@@ -429,7 +467,7 @@ class FlashRTNode(LifecycleNode):
             outcome = engine.generate(
                 goal.prompt, max_new_tokens=int(goal.max_new_tokens or default_tokens), sampling=sampling,
                 chat=chat, on_token=on_token,
-                should_stop=lambda: goal_handle.is_cancel_requested or not self._active)
+                should_stop=lambda: goal_handle.is_cancel_requested or not self._active or lease.lease_expired())
             if capsule is not None:
                 cancelled = outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested
                 if cancelled:
@@ -445,10 +483,15 @@ class FlashRTNode(LifecycleNode):
             result.stop_reason = "error"
             goal_handle.abort()
             return result
-        stopped_by_node = outcome.stop_reason == "cancelled" and not goal_handle.is_cancel_requested \
-            and not self._active
-        if stopped_by_node:
-            conv.fill_error(result, FlashRTError("generation stopped: the node was deactivated",
+        stopped_by_node = outcome.stop_reason == "cancelled" and not goal_handle.is_cancel_requested
+        if stopped_by_node and lease.lease_expired():
+            conv.fill_error(result, LeaseExpired(
+                f"generation ended after {len(outcome.token_ids)} tokens: its client did not renew the goal's "
+                f"{lease.lease_s:g} s lease (the client died, hangs, or does not send heartbeats)"))
+            self.get_logger().warning(f"generate: {result.message}")
+        elif stopped_by_node:
+            conv.fill_error(result, FlashRTError("generation stopped: the node was "
+                                                 + ("shut down" if self._shutting_down else "deactivated"),
                                                  ErrorCode.CANCELLED))
         else:
             conv.fill_ok(result, f"{len(outcome.token_ids)} tokens, stop: {outcome.stop_reason}"
@@ -476,7 +519,8 @@ class FlashRTNode(LifecycleNode):
         if c.engine_kind == "llm":
             busy = engine.busy
         else:
-            busy = self._policy_io is not None and not self._policy_io.paused
+            busy = self._goals.running("run_policy") is not None or (
+                self._policy_io is not None and self._policy_io.steps_continuously)
         return status_summary(c.engine_kind, c.model if c.engine_kind == "llm" else c.policy,
                               engine.status(), busy)
 
@@ -486,8 +530,12 @@ class FlashRTNode(LifecycleNode):
         except Exception as exc:  # noqa: BLE001 - status must never kill the timer
             status = {}
             self.get_logger().warning(f"status unavailable: {exc}")
-        if self._policy_io is not None:
-            status.update(self._policy_io.status())
+        policy_io = self._policy_io
+        if policy_io is not None:
+            status.update(policy_io.status())
+        goal = self._goals.current()
+        if goal is not None:
+            status.update(goal_id=goal.goal_id, goal_owner=goal.owner, goal_state=goal.state)
         status.setdefault("engine_kind", self._config.engine_kind)
         stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(conv.engine_status(status, self._lifecycle_name, stamp))
@@ -495,34 +543,85 @@ class FlashRTNode(LifecycleNode):
                                                    self._lifecycle_name, stamp))
 
 
+#: After SIGINT / SIGTERM: how long running goals get to end at a boundary and report their
+#: result, and how long the executor's threads then get to finish; the node exits within both.
+GOAL_END_WAIT_S = 1.0
+RESULT_SEND_S = 0.2
+THREADS_END_WAIT_S = 0.5
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: spin the node with a MultiThreadedExecutor."""
-    rclpy.init(args=argv if argv is not None else sys.argv)
+    """Console entry point: spin the node with a MultiThreadedExecutor until SIGINT or SIGTERM.
+
+    rclpy's own signal handlers are off: they would invalidate the context at once, so a
+    running goal could no longer report its result, and the executor's shutdown waited for
+    a goal stuck on stale inputs for good (``flashrt serve`` ignored SIGINT for minutes).
+    Here a signal ends every goal at its next boundary, lets the results go out, and exits
+    within ``GOAL_END_WAIT_S + RESULT_SEND_S + THREADS_END_WAIT_S`` whatever a callback is doing.
+    """
+    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     node = FlashRTNode()
     executor = MultiThreadedExecutor(num_threads=6)
     executor.add_node(node)
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
     autostart_failed = threading.Event()
     if node.get_parameter("autostart").value:
         def autostart() -> None:
             if not _autostart(node):
                 autostart_failed.set()
-                rclpy.try_shutdown()          # ends spinning: a node that cannot start is no service
+                stop.set()                    # a node that cannot start is no service
         threading.Thread(target=autostart, daemon=True).start()
     try:
-        spin_until_shutdown(executor, node.get_logger())
+        spin_until_shutdown(executor, node.get_logger(), stop)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        executor.shutdown()           # first: no callback may run on the handles released below
-        node._release_engine()
-        node.destroy_node()
-        if rclpy.ok():
-            rclpy.try_shutdown()
+        if received:
+            node.get_logger().info(f"{signal.Signals(received[0]).name}: ending running goals, then exiting")
+        threads_done = _shut_down(node, executor)
+        if not threads_done:
+            print("flashrt: a callback was still running after shutdown; exiting without waiting for it",
+                  file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(1 if autostart_failed.is_set() else 0)
     if autostart_failed.is_set():
         print("flashrt: the node could not be configured and activated (the reason is logged "
               "above); exiting with status 1", file=sys.stderr)
         return 1
     return 0
+
+
+def _shut_down(node: FlashRTNode, executor: MultiThreadedExecutor) -> bool:
+    """End the goals (results delivered while spinning), then tear down; False if a callback still runs."""
+    node.shut_down_goals()
+    deadline = time.monotonic() + GOAL_END_WAIT_S
+    while node.goals_running() and time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=0.05)
+    if node.goals_running():
+        node.get_logger().error(f"a goal did not end within {GOAL_END_WAIT_S:g} s of the shutdown")
+    results_sent = time.monotonic() + RESULT_SEND_S      # rclpy sends a result from an executor task
+    while time.monotonic() < results_sent:
+        executor.spin_once(timeout_sec=0.02)
+    pool = getattr(executor, "_executor", None)          # the MultiThreadedExecutor's thread pool
+    executor.shutdown(timeout_sec=0.0, wait_for_threads=False)
+    threads = list(getattr(pool, "_threads", ()))
+    deadline = time.monotonic() + THREADS_END_WAIT_S
+    for thread in threads:                  # idle pool threads exit at once after shutdown
+        thread.join(max(0.0, deadline - time.monotonic()))
+    done = not any(thread.is_alive() for thread in threads)
+    if done:
+        node._release_engine()
+        node.destroy_node()
+    rclpy.try_shutdown()
+    return done
 
 
 def _transcript_length(engine: Any) -> int:
@@ -531,8 +630,9 @@ def _transcript_length(engine: Any) -> int:
     return int(status["position"]) + int(status["has_pending"])
 
 
-def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any) -> None:
-    """``executor.spin()`` that outlives any exception a callback lets escape.
+def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any,
+                        stop: threading.Event | None = None) -> None:
+    """``executor.spin()`` that outlives any exception a callback lets escape, until ``stop`` is set.
 
     rclpy re-raises a callback's exception from ``spin_once`` and ``spin()``
     would end with it, taking the node down; here it is logged and spinning
@@ -540,9 +640,9 @@ def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any) -> None:
     and ``conversions.sendable`` replaces an unserializable response with an
     INTERNAL one), so this is the last line of defence, e.g. for timers.
     """
-    while rclpy.ok():
+    while rclpy.ok() and not (stop is not None and stop.is_set()):
         try:
-            executor.spin_once(timeout_sec=0.5)
+            executor.spin_once(timeout_sec=0.1)
         except ExternalShutdownException:
             return
         except Exception as exc:  # noqa: BLE001 - the node must keep serving

@@ -126,7 +126,9 @@ class PolicyIO:
         self._rejections: dict[str, str] = {}      # topic -> why its latest message was refused
         self._convert: dict[str, tuple[str, Callable[[Any], Any]]] = {}   # topic -> (feature, convert)
         self._subs: list[Any] = []
-        plan = self._input_plan()                  # refuses inputs that cannot serve the policy
+        # refuses inputs that cannot serve the policy; keyed by the resolved topic names, so that
+        # a stale input is named as a user finds it (/robot1/flashrt/observation, not ~/observation)
+        plan = {node.resolve_topic_name(topic): entry for topic, entry in self._input_plan().items()}
         self._publish = self._make_publisher()     # ... and outputs that cannot take its action
         self.inputs = LatestInputs(list(plan), max_age, io.sync_tolerance_s)   # keyed by topic
 
@@ -263,7 +265,10 @@ class PolicyIO:
             self._tick()
         else:                          # lock-step: inputs trigger steps, the timer watches freshness
             with self._lock:
-                self._report_stale(self.inputs.take(time.monotonic(), consume=False), hold=False)
+                take = self.inputs.take(time.monotonic(), consume=False, require_new=True)
+                if not take.ok and self.goal is not None and not self.paused:
+                    self.goal.waiting(take.reason)
+                self._report_stale(take, hold=False)
 
     def _may_step(self) -> bool:
         if self.paused:
@@ -279,6 +284,8 @@ class PolicyIO:
             take = self.inputs.take(time.monotonic(), consume=may_step,
                                     require_new=self._io.control_trigger == "inputs")
             if not take.ok:
+                if may_step and self.goal is not None:
+                    self.goal.waiting(take.reason)
                 self._report_stale(take, hold=may_step)
                 return
             if not may_step:
@@ -290,6 +297,8 @@ class PolicyIO:
                 self._publish(action)
             except Exception as exc:  # noqa: BLE001 - bad input must not stop the loop
                 self._set_inputs("error", f"policy step failed: {exc}")   # logged once per reason
+                if self.goal is not None:
+                    self.goal.waiting(self.inputs_detail)
                 return
             self.steps += 1
             self._set_inputs("fresh", "")
@@ -359,6 +368,11 @@ class PolicyIO:
                 pub.publish(msg)
         return publish
 
+    def hold(self) -> None:
+        """Publish ``hold_command`` once (a goal ended with nobody to decide: its client is gone)."""
+        if self._io.hold_command:
+            self._publish_hold()
+
     def _publish_hold(self) -> None:
         try:
             self._publish(self._io.hold_command, planned=())
@@ -376,6 +390,12 @@ class PolicyIO:
         if self._io.control_trigger == "inputs" and self.inputs.has_new():
             self._tick()
 
+    def state_replaced(self) -> None:
+        """The policy's state was restored, reset, rolled back or switched (at a boundary): with
+        ``inputs_after_restore: discard`` the inputs held now no longer count as new."""
+        if self._io.inputs_after_restore == "discard":
+            self.inputs.discard_pending()
+
     def end_goal(self, run: Any) -> None:
         """Detach a goal; waits for a step in flight, so the goal ends at a committed boundary."""
         with self._lock:
@@ -384,8 +404,13 @@ class PolicyIO:
                 self.goal = None
 
     # --- status ----------------------------------------------------------------------
+    @property
+    def steps_continuously(self) -> bool:
+        """The loop steps without a goal (``run_mode: continuous``, not paused)."""
+        return self._io.run_mode == "continuous" and not self.paused
+
     def status(self) -> dict[str, Any]:
-        return {"inputs_state": self.inputs_state, "inputs_detail": self.inputs_detail,
+        return {"paused": self.paused, "inputs_state": self.inputs_state, "inputs_detail": self.inputs_detail,
                 "policy_steps": self.steps, "deadline_misses": self.deadline_misses,
                 "rejected_messages": self.rejected_messages}
 

@@ -67,6 +67,14 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
     ParamDef("rollback_on_cancel", False, "A cancelled Generate or RunPolicy goal restores the "
              "capsule taken when the goal was accepted. Settable live: read when a goal starts "
              "(RunPolicy goals can also ask for it themselves)."),
+    ParamDef("inputs_after_restore", "keep", "keep: after a restore, reset, rollback or session switch the "
+             "policy steps on the inputs it already holds (the world went on); discard: only on inputs that "
+             "arrive after it (a lock-step world restored too publishes its restored observation).", True,
+             choices=("keep", "discard")),
+    ParamDef("goal_stale_timeout_s", 10.0, "A RunPolicy goal that could not step for this long "
+             "(inputs missing, stale, out of sync or in error) ends with STALE_INPUTS, naming what it "
+             "waited for (0 = wait for ever). Settable live: read when a goal starts; a goal's own "
+             "stale_timeout_s overrides it.", float_range=(0.0, 86400.0)),
 )
 # [""] / [0.0] above only give the array type; the declared default is empty.
 _EMPTY_ARRAYS = {"input_joint_names", "input_image_topics", "input_image_features", "hold_command",
@@ -96,6 +104,8 @@ class RobotIOConfig:
     output_joint_names: tuple[str, ...] = ()
     run_mode: str = "continuous"
     rollback_on_cancel: bool = False
+    inputs_after_restore: str = "keep"
+    goal_stale_timeout_s: float = 10.0
 
 
 assert {f.name for f in fields(RobotIOConfig)} == {p.name for p in ROBOT_IO_PARAMS}

@@ -1,0 +1,99 @@
+"""The goals a node runs: who owns each, whether its client still lives, what it waits for.
+
+Why one book for both actions (RunPolicy, Generate): a goal must never outlive its
+client (a killed ``flashrt bt run`` kept driving the arm), a refused goal must say
+which goal holds the node and whose it is, and ``~/status`` shows the running goal.
+
+Leases: a goal sent with ``lease_s > 0`` lives only while its client names it on
+``<node>/goal_heartbeat`` at least once every ``lease_s`` (our client sends every
+``lease_s / 4``); the lease starts when the goal is accepted. The action servers ask ``lease_expired`` before every step or token and end an
+expired goal (``LEASE_EXPIRED``). Pure Python, no ROS: the node feeds it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+
+def goal_id_hex(uuid_bytes: Iterable[int]) -> str:
+    """A goal's UUID (``unique_identifier_msgs/UUID.uuid``) as 32 lowercase hex digits."""
+    return bytes(bytearray(uuid_bytes)).hex()
+
+
+@dataclass
+class RunningGoal:
+    """One accepted goal while it executes."""
+
+    action: str                 # run_policy | generate
+    goal_id: str                # 32 hex digits
+    owner: str
+    lease_s: float              # 0: no lease
+    started: float              # monotonic
+    renewed: float              # monotonic time of the last heartbeat (or the start)
+    state: str = ""             # stepping | waiting: <what> | generating
+    steps: int = 0              # policy steps or tokens so far
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def lease_expired(self, now: float | None = None) -> bool:
+        if self.lease_s <= 0:
+            return False
+        with self._lock:
+            renewed = self.renewed
+        return (time.monotonic() if now is None else now) - renewed > self.lease_s
+
+    def renew(self, now: float) -> None:
+        with self._lock:
+            self.renewed = max(self.renewed, now)
+
+    def describe(self, now: float | None = None) -> str:
+        """``goal 3f2a1b2c… (run_policy) from 'flashrt run-policy (pid 12 on host)', running 4.1 s, 61 steps, stepping``."""
+        now = time.monotonic() if now is None else now
+        unit = "steps" if self.action == "run_policy" else "tokens"
+        owner = f"'{self.owner}'" if self.owner else "an unnamed client (no owner given)"
+        return (f"goal {self.goal_id} ({self.action}) from {owner}, running {now - self.started:.1f} s, "
+                f"{self.steps} {unit}" + (f", {self.state}" if self.state else ""))
+
+
+class GoalBook:
+    """The running goal of each action, and the heartbeats that keep their leases."""
+
+    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, RunningGoal] = {}          # action -> its running goal
+        self._on_change = on_change                         # a goal began or ended (e.g. publish ~/status)
+
+    def begin(self, action: str, goal_id: str, owner: str, lease_s: float) -> RunningGoal:
+        """Record ``goal_id`` as ``action``'s running goal (the caller holds the action's busy lock)."""
+        now = time.monotonic()
+        goal = RunningGoal(action, goal_id, owner, max(0.0, float(lease_s)), now, now)
+        with self._lock:
+            self._running[action] = goal
+        self._on_change()
+        return goal
+
+    def end(self, goal: RunningGoal) -> None:
+        with self._lock:
+            if self._running.get(goal.action) is not goal:
+                return
+            del self._running[goal.action]
+        self._on_change()
+
+    def running(self, action: str) -> RunningGoal | None:
+        with self._lock:
+            return self._running.get(action)
+
+    def current(self) -> RunningGoal | None:
+        """The running goal shown on ``~/status`` (a node runs at most one at a time in practice)."""
+        with self._lock:
+            return next(iter(self._running.values()), None)
+
+    def renew(self, goal_ids: Iterable[str], now: float | None = None) -> None:
+        """A heartbeat naming ``goal_ids``: renew those that run (others are not ours, or ended)."""
+        now = time.monotonic() if now is None else now
+        wanted = set(goal_ids)
+        with self._lock:
+            renewing = [g for g in self._running.values() if g.goal_id in wanted]
+        for goal in renewing:
+            goal.renew(now)
