@@ -16,14 +16,21 @@ import sys
 from typing import Any, Sequence
 
 #: Exit status of every command (also printed by --help).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 EXIT_CODES = f"""exit status:
   {EXIT_OK}    success
   {EXIT_FAILED}    the node answered success=false (or rejected the goal)
   {EXIT_USAGE}    bad usage
   {EXIT_UNREACHABLE}    the node could not be reached within --timeout
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a running generation or run-policy goal is
-       cancelled at its next committed boundary first"""
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a running generation, run-policy goal or tree is
+       cancelled at its next committed boundary first
+  {EXIT_TERMINATED}  terminated (SIGTERM): the same orderly stop as Ctrl-C"""
+
+
+def interrupted_exit(interrupt: BaseException) -> int:
+    """130 for Ctrl-C, 143 for SIGTERM (``client.Terminated``)."""
+    from flashrt_ros.client import Terminated
+    return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="bound on finding the node and on each answer (default 30); a "
                         "generation itself may run longer (generate --max-seconds)")
+    p.add_argument("--lease", type=float, default=None, metavar="SECONDS",
+                   help="lease of the goals this command sends (run-policy, generate, bt run): if "
+                        "the command dies or hangs, the node ends its goal this long after the "
+                        "last renewal (default 2; 0: no lease)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("serve", help="run the node (configured and activated)")
@@ -103,7 +114,16 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--session", default="", help="capsule session to run in (default: the current one)")
     s.add_argument("--rollback-on-cancel", action="store_true",
                    help="a cancel (Ctrl-C) restores the state the goal started from")
-    s.add_argument("--quiet", action="store_true", help="no line per step")
+    s.add_argument("--stale-timeout", type=float, default=0.0, metavar="S",
+                   help="end the goal (STALE_INPUTS) after S s without fresh inputs (default: the node's "
+                        "goal_stale_timeout_s; < 0: wait for ever)")
+    s.add_argument("--quiet", action="store_true", help="no line per step (waiting lines are still printed)")
+    s = sub.add_parser("cancel", help="cancel a running goal by its id (from `status` or a BUSY message), "
+                                      "or every running goal")
+    s.add_argument("goal_id", nargs="?", default="", metavar="GOAL_ID",
+                   help="the goal's id, or a prefix naming one running goal")
+    s.add_argument("--all", action="store_true", help="cancel every running goal (run_policy and generate)")
+    s = sub.add_parser("goals", help="show the node's running goal: its id, action, owner and state")
     s = sub.add_parser("param", help="get or set a node parameter")
     verbs = s.add_subparsers(dest="param_verb", required=True, metavar="get|set")
     verbs.add_parser("get", help="print parameter values").add_argument("names", nargs="+", metavar="NAME")
@@ -120,9 +140,18 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--groot", nargs="?", const=1667, type=int, metavar="PORT",
                    help="publish the tree to Groot2 (default port 1667)")
     s.add_argument("-b", "--blackboard", action="append", default=[], metavar="KEY:=VALUE",
-                   help="set a blackboard entry before the first tick (bool, int, float or string)")
+                   help="set a blackboard entry before the first tick (true/false, int, float, else a "
+                        "string; quote to force a string: -b 'name:=\"42\"')")
+    s.add_argument("--bb-topic", action="append", default=[], metavar="KEY:=TOPIC[:TYPE]",
+                   help="while the tree runs, write each message of TOPIC (std_msgs Bool, Int*, UInt*, "
+                        "Float*, String; TYPE e.g. std_msgs/msg/Bool, else found on the ROS graph) to "
+                        "blackboard entry KEY, between ticks")
     s.add_argument("--max-seconds", type=float, default=0.0,
                    help="halt the tree and exit 1 after this long (default: no limit)")
+    s.add_argument("--btlog", metavar="FILE", help="write every node transition to FILE (.btlog, Groot2 "
+                                                    "opens it in its log replay)")
+    s.add_argument("--trace", action="store_true", help="print every node's transitions (built-in "
+                                                         "nodes too), as BehaviorTree.CPP's StdCoutLogger")
     s = sub.add_parser("demo", help="start a node on SmolLM2 and run the scripted capsule session")
     s.add_argument("--model", default="smollm2")
     s.add_argument("--tokens", type=int, default=24, help="tokens per generation")
@@ -137,20 +166,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.timeout <= 0:
         parser.error("--timeout must be > 0")
+    if args.lease is not None and args.lease < 0:
+        parser.error("--lease must be >= 0 (0: no lease)")
+    if args.command == "cancel" and args.all == bool(args.goal_id):
+        parser.error("cancel: give a GOAL_ID or --all")
     try:
         if args.command == "serve":
             return _serve(args)
         if args.command == "bt":
             from flashrt_ros.bt.run import run_tree
-            return run_tree(args.tree, node=args.node, rate_hz=args.rate, groot_port=args.groot,
-                            blackboard=args.blackboard, max_seconds=args.max_seconds, wait_s=args.timeout)
+            return run_tree(args.tree, **bt_run_options(args))
         if args.command == "demo":
             from flashrt_ros.demo import run_demo
             return run_demo(model=args.model, tokens=args.tokens)
         return _call(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         print("\ninterrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted_exit(interrupt)
+
+
+def code_name(code: int) -> str:
+    """An error code's name (``STALE_INPUTS``), or its number if this version does not know it."""
+    from flashrt_ros.runtime.errors import ErrorCode
+    try:
+        return ErrorCode(int(code)).name
+    except ValueError:
+        return str(int(code))
+
+
+def lease_of(args: argparse.Namespace) -> float:
+    from flashrt_ros.goal_lease import DEFAULT_LEASE_S
+    return DEFAULT_LEASE_S if args.lease is None else float(args.lease)
+
+
+def owner_of(args: argparse.Namespace) -> str:
+    """``'flashrt run-policy (pid N on HOST)'``: the owner a refused goal's message names."""
+    import socket
+    what = "bt run " + args.tree if args.command == "bt" else args.command
+    return f"flashrt {what} (pid {os.getpid()} on {socket.gethostname()})"
+
+
+def bt_run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``run_tree``'s keyword arguments from ``flashrt bt run``'s."""
+    return dict(node=args.node, rate_hz=args.rate, groot_port=args.groot, blackboard=args.blackboard,
+                max_seconds=args.max_seconds, wait_s=args.timeout, lease_s=lease_of(args),
+                owner=owner_of(args), bb_topics=args.bb_topic, btlog=args.btlog, trace=args.trace)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -173,19 +233,19 @@ def _call(args: argparse.Namespace) -> int:
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
-    from flashrt_ros.client import FlashRTClient, ServiceCallError
+    from flashrt_ros.client import TIMEOUT_CODE, FlashRTClient, ServiceCallError
 
     # No rclpy signal handlers: Ctrl-C raises KeyboardInterrupt from the client's waits (never
     # inside rclpy), and the context stays usable so a running goal can still be cancelled.
     rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(f"flashrt_cli_{os.getpid()}")
-    client = FlashRTClient(node, args.node)
+    client = FlashRTClient(node, args.node, lease_s=lease_of(args), owner=owner_of(args))
     try:
         with client.sigint_at_safe_points():
             return _dispatch(args, client)
     except ServiceCallError as exc:
         print(f"error: {cli_hint(str(exc), args)}", file=sys.stderr)
-        return EXIT_UNREACHABLE if exc.response is None else EXIT_FAILED
+        return EXIT_UNREACHABLE if exc.response is None and exc.error_code == TIMEOUT_CODE else EXIT_FAILED
     finally:
         client.close()
         node.destroy_node()
@@ -243,6 +303,10 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
         return _run_policy(args, client)
     elif c == "param":
         return _param(args, client)
+    elif c == "cancel":
+        return _cancel(args, client)
+    elif c == "goals":
+        return _goals(args, client)
     else:  # pragma: no cover - argparse prevents it
         return EXIT_USAGE
     latency = getattr(r, "engine_latency_ms", None)
@@ -270,7 +334,7 @@ def _generate(args: argparse.Namespace, client: Any) -> int:
         result = getattr(interrupt, "result", None)
         where = f" at position {result.position}" if result is not None else ""
         print(f"interrupted: generation cancelled{where}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted_exit(interrupt)
     if not outcome.accepted:
         print()
         print("error: goal rejected (node not active, or a generation is already running)",
@@ -280,7 +344,7 @@ def _generate(args: argparse.Namespace, client: Any) -> int:
     _print_missing_text("".join(printed), r.text)
     print()
     if not r.success:
-        print(f"error: {r.message}", file=sys.stderr)
+        print(f"error ({code_name(r.error_code)}): {r.message}", file=sys.stderr)
         return EXIT_FAILED
     print(f"[{len(r.token_ids)} tokens, stop: {r.stop_reason}, ttft {r.ttft_ms:.1f} ms, "
           f"{r.tokens_per_second:.1f} tok/s, position {r.position}]", file=sys.stderr)
@@ -328,29 +392,54 @@ def _run_policy(args: argparse.Namespace, client: Any) -> int:
         return EXIT_USAGE
 
     def step(feedback: Any) -> None:
-        if not args.quiet:
+        if feedback.state == "waiting":                  # printed even with --quiet: it explains a stall
+            print(f"waiting {feedback.waiting_s:.1f} s after {feedback.steps} steps: {feedback.waiting_for}",
+                  flush=True)
+        elif not args.quiet:
             action = ", ".join(f"{a:.4f}" for a in feedback.last_action)
             print(f"step {feedback.steps}: [{action}]", flush=True)
 
     try:
         outcome = client.run_policy(max_steps=args.max_steps, max_duration_s=args.max_duration,
                                     session=args.session, rollback_on_cancel=args.rollback_on_cancel,
-                                    feedback=step, wait_s=args.timeout)
+                                    feedback=step, wait_s=args.timeout, stale_timeout_s=args.stale_timeout)
     except KeyboardInterrupt as interrupt:
         result = getattr(interrupt, "result", None)
         where = f" after {result.steps} steps" if result is not None else ""
         back = ", rolled back to the goal's start" if result is not None and result.rolled_back else ""
         print(f"\ninterrupted: goal cancelled{where}{back}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted_exit(interrupt)
     if not outcome.accepted:
         print("error: goal rejected (node not active with a policy engine, or a goal is already "
               "running)", file=sys.stderr)
         return EXIT_FAILED
     r = outcome.result
     if not r.success:
-        print(f"error: {r.message}", file=sys.stderr)
+        print(f"error ({code_name(r.error_code)}): {r.message}", file=sys.stderr)
         return EXIT_FAILED
     print(r.message)
+    return EXIT_OK
+
+
+def _cancel(args: argparse.Namespace, client: Any) -> int:
+    from flashrt_ros.goal_admin import cancel_goals
+    cancelled = cancel_goals(client, "" if args.all else args.goal_id, timeout_s=args.timeout)
+    if not cancelled:
+        print(f"no goal was running on {args.node}")
+        return EXIT_OK
+    for goal in cancelled:
+        owner = f" from '{goal.owner}'" if goal.owner else ""
+        print(f"cancelled {goal.action} goal {goal.goal_id}{owner}: {goal.state}")
+    return EXIT_OK if all(g.state == "ended" for g in cancelled) else EXIT_FAILED
+
+
+def _goals(args: argparse.Namespace, client: Any) -> int:
+    from flashrt_ros.goal_admin import running_goal
+    goal = running_goal(client, timeout_s=args.timeout)
+    if goal is None:
+        print(f"no goal is running on {args.node}")
+    else:
+        print(f"{goal.goal_id}  {goal.action}  from '{goal.owner or '(no owner given)'}'  {goal.state}")
     return EXIT_OK
 
 

@@ -31,30 +31,39 @@ is dropped by rclpy (it has no goal handle to update yet), so a goal that ends
 at once may never show as ended.
 
 Beside the capsule services and Generate: ``status`` / ``watch_status``
-(``~/status``, transient-local), ``run_policy`` (the RunPolicy action) and
-``get_parameters`` / ``set_parameter`` (the node's rcl_interfaces services):
-what a user without ros2cli needs.
+(``~/status``, transient-local), ``run_policy`` (the RunPolicy action),
+``cancel_goals`` and ``get_parameters`` / ``set_parameter`` (the node's
+rcl_interfaces services): what a user without ros2cli needs.
+
+Goals carry a lease (``lease_s``, default ``goal_lease.DEFAULT_LEASE_S``) and an
+``owner``: while an executor spins the client's node, a timer renews the lease
+of every goal it sent; if the process dies or hangs, the node ends the goal.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import socket
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from action_msgs.msg import GoalStatus
+from action_msgs.msg import GoalStatus, GoalStatusArray
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import qos_profile_action_status_default
 from rclpy.task import Future
 
 from flashrt_ros.action import Generate, RunPolicy
+from flashrt_ros.goal_lease import DEFAULT_LEASE_S, LeaseRenewer, goal_key
 from flashrt_ros.ros.action_client import RaceFreeActionClient
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
                              Snapshot, SwitchSession, Unpin, Verify)
+from rcl_interfaces.srv import SetParameters
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
@@ -79,14 +88,20 @@ SERVICES: dict[str, tuple[type, str]] = {
     "pause": (Trigger, "pause"),
     "resume": (Trigger, "resume"),
     "reset": (Trigger, "reset"),
+    # the node's own parameter service (rclpy's), for behaviour trees (SetParameter); answers have
+    # results[] instead of success (bt/requests.py reads both)
+    "set_parameters": (SetParameters, "set_parameters"),
 }
 
 
 #: Verbs a lost reply may be re-sent for (see the module docstring); ``snapshot`` only with overwrite.
 RETRY_SAFE_VERBS = frozenset({"list", "verify", "pin", "unpin", "save", "pause", "resume", "restore",
-                              "reset", "switch_session"})
+                              "reset", "switch_session", "set_parameters"})
 #: How long one attempt waits for its reply before a retry-safe request is sent again (doubling).
 FIRST_ATTEMPT_S = 2.0
+#: How long a goal listed by the node's status may wait for its acceptance reply before the client
+#: takes the listing as the acceptance (the reply was lost).
+ACCEPTANCE_GRACE_S = 1.0
 #: After a goal's status says it ended, how long its result may take before it is asked for again.
 RESULT_GRACE_S = 2.0
 #: While no status says the goal ended: first re-ask of its result, doubling up to ``RESULT_ASK_MAX_S``.
@@ -136,6 +151,16 @@ class ResultAsking:
         return due
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised at a safe point like Ctrl-C (``sigint_at_safe_points``): the same
+    orderly stop (running goals cancelled first), exit status 143 instead of 130."""
+
+
+def default_owner(node: Node) -> str:
+    """``'<node name> (pid N on HOST)'``: who sent a goal, as a refused goal's message names it."""
+    return f"{node.get_name()} (pid {os.getpid()} on {socket.gethostname()})"
+
+
 class ServiceCallError(RuntimeError):
     """A call that did not succeed; ``error_code`` is the response's (or TIMEOUT)."""
 
@@ -162,11 +187,17 @@ class GenerateOutcome:
 
 
 class FlashRTClient:
-    """Typed access to one flashrt node's services and its generate action."""
+    """Typed access to one flashrt node's services and its generate action.
 
-    def __init__(self, node: Node, namespace: str = "/flashrt") -> None:
+    ``lease_s``: the lease of every goal sent (0: none; see the module docstring);
+    ``owner``: who the goals are from (default ``default_owner(node)``)."""
+
+    def __init__(self, node: Node, namespace: str = "/flashrt", *, lease_s: float = DEFAULT_LEASE_S,
+                 owner: str = "") -> None:
         self.node = node
         self.namespace = namespace.rstrip("/") or ""
+        self.owner = owner or default_owner(node)
+        self.leases = LeaseRenewer(node, self.namespace, lease_s)
         self._clients = {verb: node.create_client(srv, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
                          for verb, (srv, name) in SERVICES.items()}
         self._generate = RaceFreeActionClient(node, Generate, f"{self.namespace}/generate")
@@ -178,12 +209,20 @@ class FlashRTClient:
         self._feedback_subs = [node.create_subscription(
             action.Impl.FeedbackMessage, f"{self.namespace}/{name}/_action/feedback",
             self._on_feedback, FEEDBACK_QOS) for action, name in ((Generate, "generate"), (RunPolicy, "run_policy"))]
+        # ... and to its status: a goal listed there was accepted, even if its acceptance reply was lost.
+        self._status_subs = [node.create_subscription(
+            GoalStatusArray, f"{self.namespace}/{name}/_action/status",
+            lambda msg, c=action_client: self._on_goal_status(c, msg), qos_profile_action_status_default)
+            for action_client, name in ((self._generate, "generate"), (self._run_policy, "run_policy"))]
         self._sent_goal_ids: dict[int, Any] = {}     # goal request future -> goal id, until answered
+        self._awaiting_acceptance: set[bytes] = set()
+        self._listed: dict[bytes, tuple[Any, Any, Any, float]] = {}   # (client, id, stamp, first seen)
+        self._recovery_timer: Any = None
         self._cancel_clients: dict[str, Any] = {}    # action name -> its cancel_goal service client
         # Spin the node ourselves only if no executor owns it when we first wait.
         self._own_executor: Any = None
         self._decided = False
-        self._sigint_pending = False     # see sigint_at_safe_points
+        self._signal_pending: int | None = None     # see sigint_at_safe_points
 
     # --- services -------------------------------------------------------
     def request(self, verb: str, **fields: Any) -> Any:
@@ -267,6 +306,7 @@ class FlashRTClient:
         goal = Generate.Goal()
         goal.prompt = prompt
         goal.top_p = 1.0
+        goal.lease_s, goal.owner = self.leases.lease_s, self.owner
         for key, value in fields.items():
             if not hasattr(goal, key):
                 raise ValueError(f"generate: unknown goal field {key!r}")
@@ -274,16 +314,52 @@ class FlashRTClient:
         if not self._generate.server_is_ready() and not self._wait_until(self._generate.server_is_ready, wait_s):
             raise ServiceCallError(
                 f"action {self.namespace}/generate not available after {wait_s:.1f} s", TIMEOUT_CODE)
+        return self._send_goal(self._generate, goal, feedback)
+
+    def _send_goal(self, action_client: Any, goal: Any, feedback: Callable[[Any], None] | None) -> Future:
+        """Send ``goal`` under a fresh id: feedback routed, lease renewed from now, id kept until accepted."""
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))
         if feedback is not None:
             self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
-        return self._remember_goal_id(self._generate.send_goal_async(goal, goal_uuid=goal_id), goal_id)
+        if goal.lease_s > 0:
+            self.leases.hold(goal_id)
+        return self._remember_goal_id(action_client.send_goal_async(goal, goal_uuid=goal_id), goal_id)
 
     def _remember_goal_id(self, future: Future, goal_id: Any) -> Future:
-        """Keep a sent goal's id until its acceptance arrives (to cancel it by id if that is lost)."""
+        """Keep a sent goal's id until its acceptance arrives (from its reply, or from the action's
+        status topic if the reply was lost; to cancel it by id if neither comes)."""
+        key = bytes(goal_id.uuid)
         self._sent_goal_ids[id(future)] = goal_id
-        future.add_done_callback(lambda f: self._sent_goal_ids.pop(id(f), None))
+        self._awaiting_acceptance.add(key)
+        if self._recovery_timer is None:
+            self._recovery_timer = self.node.create_timer(ACCEPTANCE_GRACE_S / 4, self.recover_lost_acceptances)
+
+        def answered(f: Future) -> None:
+            self._sent_goal_ids.pop(id(f), None)
+            self._awaiting_acceptance.discard(key)
+            self._listed.pop(key, None)
+        future.add_done_callback(answered)
         return future
+
+    def _on_goal_status(self, action_client: Any, msg: Any) -> None:
+        """Note the goals of ours a status list names while they still wait for their acceptance."""
+        now = time.monotonic()
+        for status in msg.status_list:
+            key = bytes(status.goal_info.goal_id.uuid)
+            if key in self._awaiting_acceptance and key not in self._listed:
+                self._listed[key] = (action_client, status.goal_info.goal_id, status.goal_info.stamp, now)
+
+    def recover_lost_acceptances(self) -> None:
+        """Goals the node's status has listed for ``ACCEPTANCE_GRACE_S`` while their acceptance reply
+        never came were accepted: complete their futures (the reply was lost). A timer on the
+        client's node calls it while goals wait, so whatever spins the node recovers them.
+
+        The grace: the status often arrives before the reply; taking it at once would leave the
+        reply, when it comes, to rclpy's "unexpected goal response" warning."""
+        now = time.monotonic()
+        for key, (action_client, goal_id, stamp, seen) in list(self._listed.items()):
+            if now - seen >= ACCEPTANCE_GRACE_S and self._listed.pop(key, None) is not None:
+                action_client.accept_from_status(goal_id, stamp)
 
     def sent_goal_id(self, future: Future) -> Any:
         """The goal id of a ``generate_async`` / ``run_policy_async`` future still waiting for its
@@ -296,21 +372,21 @@ class FlashRTClient:
 
     def run_policy_async(self, *, feedback: Callable[[Any], None] | None = None, **fields: Any) -> Future:
         """Send a RunPolicy goal without waiting (check ``run_policy_ready`` first); resolves to a goal handle."""
-        goal = RunPolicy.Goal()
+        goal = RunPolicy.Goal(lease_s=self.leases.lease_s, owner=self.owner)
         for key, value in fields.items():
             if not hasattr(goal, key):
                 raise ValueError(f"run_policy: unknown goal field {key!r}")
             setattr(goal, key, value)
-        goal_id = UUID(uuid=list(uuid.uuid4().bytes))
-        if feedback is not None:
-            self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
-        return self._remember_goal_id(self._run_policy.send_goal_async(goal, goal_uuid=goal_id), goal_id)
+        return self._send_goal(self._run_policy, goal, feedback)
 
-    def forget_feedback(self, goal: Any) -> None:
-        """Stop delivering feedback of a finished goal (its late pieces are then dropped).
+    def forget_goal(self, goal: Any) -> None:
+        """A goal ended (or was rejected, or its acceptance was lost): stop delivering its
+        feedback (late pieces are dropped) and stop renewing its lease.
 
         ``goal``: its goal handle, or its goal id (a goal whose acceptance never arrived)."""
-        self._feedback_callbacks.pop(bytes(getattr(goal, "goal_id", goal).uuid), None)
+        goal_id = getattr(goal, "goal_id", goal)
+        self._feedback_callbacks.pop(bytes(goal_id.uuid), None)
+        self.leases.release(goal_id)
 
     def _on_feedback(self, msg: Any) -> None:
         callback = self._feedback_callbacks.get(bytes(msg.goal_id.uuid))
@@ -344,7 +420,7 @@ class FlashRTClient:
             return GenerateOutcome(result=None, accepted=False, status=0)
         expected = len(wrapped.result.token_ids)
         complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
-        self.forget_feedback(handle)
+        self.forget_goal(handle)
         return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
                                feedback_complete=complete)
 
@@ -358,6 +434,8 @@ class FlashRTClient:
             # Never re-sent: it may have been accepted. Cancel it by its id in case it was.
             goal_id = self._sent_goal_ids.get(id(sent))
             sent.cancel()
+            if goal_id is not None:
+                self.forget_goal(goal_id)
             cancelled = goal_id is not None and self._wait(self.cancel_goal_id(goal_id, action), wait_s) is not None
             raise ServiceCallError(
                 f"{action}: no answer to the goal request within {wait_s:.1f} s (TIMEOUT); not re-sent, "
@@ -365,7 +443,7 @@ class FlashRTClient:
                    "and no answer to a cancel either: the goal may be running"), TIMEOUT_CODE)
         self._sent_goal_ids.pop(id(sent), None)
         if not handle.accepted:
-            self.forget_feedback(handle)
+            self.forget_goal(handle)
             return handle, None
         try:
             wrapped = self.wait_result(handle, timeout_s)
@@ -439,11 +517,13 @@ class FlashRTClient:
     def run_policy(self, *, max_steps: int = 0, max_duration_s: float = 0.0, session: str = "",
                    rollback_on_cancel: bool = False, feedback: Callable[[Any], None] | None = None,
                    wait_s: float = 10.0, timeout_s: float = 1e6,
-                   feedback_grace_s: float = 5.0) -> RunPolicyOutcome:
+                   feedback_grace_s: float = 5.0, **goal_fields: Any) -> RunPolicyOutcome:
         """Run one RunPolicy goal to its result; on KeyboardInterrupt cancel it first (see _cancel).
 
+        ``goal_fields``: the goal's other fields (``stale_timeout_s``, ``lease_s``, ``owner``).
         ``feedback`` gets each step's feedback once (the node sends one per step; here they
-        arrive through our own subscription, so none is lost to the result arriving first).
+        arrive through our own subscription, so none is lost to the result arriving first),
+        and every ``waiting`` message (``fb.state == "waiting"``: what the goal waits for).
         """
         if not self._wait_until(self.run_policy_ready, wait_s):
             raise ServiceCallError(
@@ -452,19 +532,22 @@ class FlashRTClient:
         seen: set[int] = set()
 
         def on_feedback(fb: Any) -> None:
-            if int(fb.steps) not in seen:
+            if fb.state == "waiting":
+                if feedback is not None:
+                    feedback(fb)
+            elif int(fb.steps) not in seen:
                 seen.add(int(fb.steps))
                 if feedback is not None:
                     feedback(fb)
 
         sent = self.run_policy_async(feedback=on_feedback, max_steps=int(max_steps),
                                      max_duration_s=float(max_duration_s), session=session,
-                                     rollback_on_cancel=bool(rollback_on_cancel))
+                                     rollback_on_cancel=bool(rollback_on_cancel), **goal_fields)
         handle, wrapped = self._goal_result("run_policy", sent, wait_s, timeout_s)
         if wrapped is None:
             return RunPolicyOutcome(result=None, accepted=False, status=0)
         self._wait_until(lambda: len(seen) >= wrapped.result.steps, feedback_grace_s)
-        self.forget_feedback(handle)
+        self.forget_goal(handle)
         return RunPolicyOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
                                 feedback_count=len(seen))
 
@@ -528,37 +611,41 @@ class FlashRTClient:
     # --- Ctrl-C ---------------------------------------------------------
     @contextlib.contextmanager
     def sigint_at_safe_points(self) -> Iterator[None]:
-        """Ctrl-C as a KeyboardInterrupt raised only by our own waits, between spin slices.
+        """Ctrl-C (and SIGTERM) as a KeyboardInterrupt raised only by our own waits, between spin slices.
 
         Python raises it wherever the main thread is, rclpy's executor and action
         client included: landing there it can leave a task half-run or a request
         half-registered, and the cancel that follows the interrupt could then
-        wait for good. Here the signal only marks it; a second Ctrl-C before the
-        next slice raises at once (for a stuck wait). Main thread only (signal
-        handlers live there). A SIGINT the process was started with ignored (a
-        job started with ``&`` without job control) stays ignored, as Python
-        itself leaves it.
+        wait for good. Here the signal only marks it; a second signal before the
+        next slice raises at once (for a stuck wait). SIGTERM takes the same
+        orderly path (running goals are cancelled first) and raises ``Terminated``,
+        so a CLI killed by a supervisor or ``timeout`` leaves no goal behind.
+        Main thread only (signal handlers live there). A signal the process was
+        started with ignored (a job started with ``&`` without job control) stays
+        ignored, as Python itself leaves it.
         """
-        def on_sigint(signum: int, frame: Any) -> None:
-            if self._sigint_pending:
-                raise KeyboardInterrupt
-            self._sigint_pending = True
+        def on_signal(signum: int, frame: Any) -> None:
+            if self._signal_pending is not None:
+                raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+            self._signal_pending = signum
 
-        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-            yield
-            return
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        previous = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, on_signal)
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
-            self._sigint_pending = False
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self._signal_pending = None
 
     def raise_if_interrupted(self) -> None:
-        """Raise the KeyboardInterrupt that ``sigint_at_safe_points`` deferred, if any: a safe point."""
-        if self._sigint_pending:
-            self._sigint_pending = False
-            raise KeyboardInterrupt
+        """Raise the KeyboardInterrupt (``Terminated`` for SIGTERM) that ``sigint_at_safe_points``
+        deferred, if any: a safe point."""
+        signum, self._signal_pending = self._signal_pending, None
+        if signum is not None:
+            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     # --- plumbing -------------------------------------------------------
     def _wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
@@ -583,6 +670,10 @@ class FlashRTClient:
 
         Why: teardown in the order rclpy expects (executor, then node, then context), as
         ``flashrt bt run`` does, instead of leaving the executor to the garbage collector."""
+        self.leases.close()
+        if self._recovery_timer is not None:
+            self.node.destroy_timer(self._recovery_timer)
+            self._recovery_timer = None
         if self._own_executor is not None:
             self._own_executor.shutdown()
             self._own_executor = None

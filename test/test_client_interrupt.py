@@ -70,7 +70,7 @@ def test_a_second_ctrl_c_before_the_next_wait_slice_raises_at_once(lone_node, si
         os.kill(os.getpid(), signal.SIGINT)          # marked only
         with pytest.raises(KeyboardInterrupt) as caught:
             os.kill(os.getpid(), signal.SIGINT)      # a wait that never comes back: raise now
-        assert caught.traceback[-1].name == "on_sigint"
+        assert caught.traceback[-1].name == "on_signal"
 
 
 @pytest.mark.parametrize("sigint", [signal.SIG_IGN], indirect=True)
@@ -81,3 +81,17 @@ def test_an_ignored_sigint_stays_ignored(lone_node, sigint):
         os.kill(os.getpid(), signal.SIGINT)
         assert client.wait_until(lambda: False, 0.2) is False      # nothing raised
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+@pytest.mark.parametrize("sigint", [signal.default_int_handler], indirect=True)
+def test_sigterm_is_raised_as_terminated_at_the_next_safe_point(lone_node, sigint):
+    from flashrt_ros.client import Terminated
+    client = FlashRTClient(lone_node, "/nobody/flashrt")
+    before = signal.getsignal(signal.SIGTERM)
+    with client.sigint_at_safe_points():
+        os.kill(os.getpid(), signal.SIGTERM)         # marked only: the process lives on
+        with pytest.raises(Terminated) as caught:
+            client.wait_until(lambda: False, 60.0)
+        assert caught.traceback[-1].name == "raise_if_interrupted"
+    assert isinstance(caught.value, KeyboardInterrupt)      # every Ctrl-C path handles it too
+    assert signal.getsignal(signal.SIGTERM) is before

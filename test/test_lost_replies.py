@@ -134,7 +134,9 @@ def test_a_lost_reply_of_an_unsafe_verb_is_a_timeout_never_a_resend(server, clie
 
 
 def test_a_goal_whose_acceptance_is_lost_is_cancelled_by_id_never_resent(server, client):
-    server.drop_goal_replies = True
+    server.drop_goal_replies, server.publish_status = True, False     # nothing says it was accepted
+    server.received["send_goal"].clear()
+    server.received["cancel"].clear()
     with pytest.raises(ServiceCallError) as err:
         client.generate("hi", wait_s=5.0, timeout_s=60.0)
     assert err.value.error_code == TIMEOUT_CODE and "cancel was sent" in str(err.value)
@@ -142,6 +144,16 @@ def test_a_goal_whose_acceptance_is_lost_is_cancelled_by_id_never_resent(server,
     wait_until(lambda: server.received["cancel"], what="the cancel at the server")
     sent_id = bytes(server.received["send_goal"][0].goal_id.uuid)
     assert bytes(server.received["cancel"][0].goal_info.goal_id.uuid) == sent_id
+
+
+def test_a_lost_acceptance_is_recovered_from_the_status_topic(server, client):
+    """The status lists the goal: it was accepted, so the client goes on as if the reply had come."""
+    server.drop_goal_replies, server.publish_status = True, True
+    server.received["send_goal"].clear()
+    server.received["cancel"].clear()
+    outcome = client.generate("hi", wait_s=60.0, timeout_s=120.0, feedback_grace_s=0.0)
+    assert outcome.accepted and outcome.result.success and outcome.result.message == "0 tokens"
+    assert len(server.received["send_goal"]) == 1 and server.received["cancel"] == [], "never re-sent nor cancelled"
 
 
 @pytest.mark.parametrize("status_seen", [True, False], ids=["status-seen", "status-never-seen"])
