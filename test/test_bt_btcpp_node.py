@@ -277,3 +277,38 @@ def test_ctrl_c_on_flashrt_bt_run_halts_the_tree_and_cancels_the_goal(policy_nod
     # the cancelled goal is over: the node accepts the next one (it rejects a second goal while one runs)
     r = Runner(client, '<root BTCPP_format="4"><BehaviorTree ID="N"><RunPolicy max_steps="2"/></BehaviorTree></root>')
     assert r.tick_until() == bt.NodeStatus.SUCCESS, r.events
+
+
+def test_the_interrupt_tree_runs_from_the_command_line_with_a_topic_trigger(policy_node, env, reference, ros_node,  # noqa: F811
+                                                                            tmp_path):
+    """An operator's switch on a topic interrupts the shipped tree through ``--bb-topic``; the
+    mission still ends bit-identical to the uninterrupted one."""
+    from std_msgs.msg import Bool
+
+    from rosproc import start_python, stop, with_ctrl_c
+    client, actions = env
+    restore_origin(client)
+    topic = f"{policy_node.namespace}/operator/interrupt"
+    switch = ros_node.create_publisher(Bool, topic, 10)
+    since = len(actions.snapshot())
+    log = tmp_path / "bt_run.log"
+    proc = start_python(with_ctrl_c("flashrt_ros.cli", "--node", f"{policy_node.namespace}/flashrt", "bt", "run",
+                                    "interrupt_pause_resume.xml", "-b", f"mission_steps:={MISSION}",
+                                    "-b", "interrupt:=false", "--bb-topic", f"interrupt:={topic}:std_msgs/msg/Bool"),
+                        log)
+    try:
+        wait_until(lambda: len(actions.snapshot()) >= since + 8, 90, "the mission to start")
+        # the switch is held on (published again until the tree shows it paused), then released
+        wait_until(lambda: switch.publish(Bool(data=True)) or "PausePolicy: SUCCESS" in log.read_text(), 90,
+                   "the tree to pause on the topic")
+        paused_at = len(actions.snapshot()) - since
+        wait_until(lambda: switch.publish(Bool(data=False)) or proc.poll() is not None, 180, "the mission to end")
+        assert proc.wait(60) == 0, log.read_text()
+    finally:
+        stop(proc)
+        ros_node.destroy_publisher(switch)
+    text = log.read_text()
+    assert "mission: halted (goal cancelled at the next boundary)" in text and "tree: SUCCESS" in text, text
+    assert 8 <= paused_at < MISSION, "the interrupt came mid-mission"
+    assert new_actions(actions, since, MISSION) == reference, "actions differ from the uninterrupted run"
+    assert len(actions.snapshot()) == since + MISSION, "exactly the mission's steps, none repeated"

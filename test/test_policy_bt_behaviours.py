@@ -17,8 +17,9 @@ from flashrt_ros.runtime.errors import ErrorCode
 class FakeClient:
     """Stands in for FlashRTClient: records requests, the test completes their futures."""
 
-    def __init__(self, ready: bool = True) -> None:
+    def __init__(self, ready: bool = True, namespace: str = "/fake/flashrt") -> None:
         self.ready = ready
+        self.namespace, self.node = namespace, None
         self.sent: list[tuple[str, dict, Future]] = []
         self.goals: list[SimpleNamespace] = []
         self.cancelled_ids: list = []
@@ -48,7 +49,7 @@ class FakeClient:
     def run_policy_ready(self):
         return self.ready
 
-    def forget_feedback(self, goal):
+    def forget_goal(self, goal):
         self.forgotten.append(getattr(goal, "goal_id", goal))
 
     def run_policy_async(self, *, feedback=None, **fields):

@@ -316,7 +316,7 @@ class InputsFresh(StatusCondition):
 
 
 class IsPolicyPaused(StatusCondition):
-    """Is the policy loop paused (active policy node, not busy)?"""
+    """Is the policy loop paused (active policy node, ``~/status`` ``paused``)?"""
 
     condition = "policy_paused"
 

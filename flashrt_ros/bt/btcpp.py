@@ -1,4 +1,4 @@
-"""BehaviorTree.CPP v4 nodes for a flashrt node, run from Python through ``behaviortreepy``.
+"""BehaviorTree.CPP v4 nodes for flashrt nodes, run from Python through ``behaviortreepy``.
 
 What ``behaviortreepy`` 0.1.4 (the PyPI binding) offers and lacks, and why this
 module looks as it does:
@@ -10,31 +10,51 @@ module looks as it does:
   ... is found in the XML, but not in the providedPorts()").
 * Blackboards (typed get/set), SubTree remapping, ``Script``, halting, the
   loggers and ``Groot2Publisher`` work.
+* ``tick_once()`` holds Python's interpreter lock for the whole tick.
 
-So ports are carried by this module: ``FlashRTTrees.load`` reads the tree XML
+So ports are carried by this module: ``FlashRTTrees.prepare`` reads the tree XML
 as written for BT.CPP (``<Snapshot capsule="pre" tier="host"/>``, the same XML
-a C++ tree with real ports uses), checks each flashrt node's attributes
-against its definition (``nodes.py``), keeps them in a table keyed by the
-node's instance name and hands BT.CPP the tree without them. At tick time a
-port is its literal value or, for ``{key}``, the node's blackboard entry
-(``{=}``: the entry named like the port), as in BT.CPP. Built-in nodes keep
-their own attributes.
+a C++ tree with real ports uses), checks every node ID (unknown ones are refused
+with a suggestion) and each flashrt node's attributes against its definition
+(``nodes.py``), keeps them in a table keyed by the node's instance name and
+hands BT.CPP the tree without them. At tick time a port is its literal value or,
+for ``{key}``, the node's blackboard entry (``{=}``: the entry named like the
+port), as in BT.CPP. Built-in nodes keep their own attributes.
 
-Every flashrt action is a stateful node on the request core
-(``requests.py``): on_start sends nothing that could block, on_running polls,
-on_halted cancels (a goal stops at the node's next committed boundary). On
-finishing, ``error_code`` / ``error_message`` and the node's result ports are
-written; a failure is also logged.
+**Halts on the tick thread.** BT.CPP's ``Timeout`` halts its child from a timer
+thread. With the interpreter lock held by ``tick_once()``, that thread waited
+for the lock inside the child's Python ``on_halted`` while the tick thread
+waited for the Timeout's mutex: ``flashrt bt run`` hung for good (2 of 7 runs of
+a user's tree) and the halted goal kept driving the arm. ``prepare`` therefore
+replaces every ``<Timeout msec="X">C</Timeout>`` with
+``<Parallel success_count="1" failure_count="1"><TimeoutTimer msec="X"/>C</Parallel>``:
+the same outcome (C's result; or FAILURE, C halted, once X ms have passed since
+it started), decided on the tick thread at the first tick after X ms. Every
+other built-in (Delay and Sleep use timers too) only sets flags from its timer
+thread, and calls no node from it. One difference: a child skipped by a
+``_skipIf`` precondition keeps the stand-in RUNNING (until X) instead of being
+reported SKIPPED.
+
+Every flashrt action is a stateful node on the request core (``requests.py``):
+on_start sends nothing that could block, on_running polls, on_halted cancels (a
+goal stops at the node's next committed boundary). On finishing, ``error_code``
+/ ``error_name`` / ``error_message`` and the node's result ports are written; a
+failure is also logged. Every node's ``node`` port picks the flashrt node (or
+simulator) it acts on; the clients of one tree share one halt scope, so a
+request waits for a goal halted on any of its nodes.
 """
 from __future__ import annotations
 
+import difflib
 import logging
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable
 
-from flashrt_ros.bt.nodes import BY_ID, NODES, NodeDef, Port, all_ports, condition_holds
-from flashrt_ros.bt.requests import Progress, StepBudget
+from flashrt_ros.bt.nodes import BY_ID, NODES, TIMEOUT_TIMER, NodeDef, Port, Verdict, all_ports, topics_read
+from flashrt_ros.bt.requests import HaltScope, Progress, StepBudget
+from flashrt_ros.bt.topics import TopicCache, TopicError
 from flashrt_ros.runtime.errors import ErrorCode
 
 log = logging.getLogger("flashrt_ros.bt")
@@ -42,10 +62,24 @@ log = logging.getLogger("flashrt_ros.bt")
 #: BT.CPP attributes every node accepts (instance name, pre/post conditions).
 _BUILTIN_ATTRIBUTES = {"name", "_skipIf", "_failureIf", "_successIf", "_while", "_onSuccess", "_onFailure",
                        "_onHalted", "_post", "_autoremap"}
+#: The node IDs BehaviorTree.CPP 4 registers itself (behaviortreepy 0.1.4's build);
+#: ``test_bt_btcpp`` creates a tree of each to keep this list true.
+BUILTIN_NODES = frozenset({
+    "Fallback", "AsyncFallback", "Sequence", "AsyncSequence", "SequenceWithMemory", "Parallel",
+    "ParallelAll", "ReactiveSequence", "ReactiveFallback", "IfThenElse", "WhileDoElse", "Inverter",
+    "RetryUntilSuccessful", "KeepRunningUntilFailure", "Repeat", "Timeout", "Delay", "RunOnce", "ForceSuccess",
+    "ForceFailure", "AlwaysSuccess", "AlwaysFailure", "Script", "ScriptCondition", "SetBlackboard", "Sleep",
+    "UnsetBlackboard", "SubTree", "Precondition", "Switch2", "Switch3", "Switch4", "Switch5", "Switch6",
+    "LoopInt", "LoopBool", "LoopDouble", "LoopString", "WasEntryUpdated", "SkipUnlessUpdated",
+    "WaitValueUpdate"})
+#: The generic spellings (``<Action ID="Snapshot"/>``): the node is the ``ID`` attribute.
+_GENERIC_TAGS = {"Action", "Condition", "Decorator", "Control", "SubTree"}
+#: Built-in ports of unsigned type: a ``-b`` integer read by one is set as text (see ``unsigned_keys``).
+_UNSIGNED_PORTS = {"Delay": ("delay_msec",), "Sleep": ("msec",)}
 
 
 class TreeXMLError(ValueError):
-    """A flashrt node in a tree XML has an unknown port, lacks a required one, or has a bad value."""
+    """A tree XML that cannot run: an unknown node or port, a missing port, a bad value."""
 
 
 def _bt():
@@ -76,7 +110,14 @@ def _parse_literal(raw: str, port: Port) -> Any:
         return int(raw.strip())
     if port.kind is float:
         return float(raw.strip())
+    if port.choices and raw not in port.choices:
+        raise ValueError(f"port {port.name}: {raw!r} is not one of {' '.join(port.choices)}")
     return raw
+
+
+def _did_you_mean(word: str, known: Any) -> str:
+    close = difflib.get_close_matches(word, sorted(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 _GETTERS = {str: "get_string", int: "get_int", float: "get_double", bool: "get_bool"}
@@ -84,25 +125,68 @@ _SETTERS = {str: "set_string", int: "set_int", float: "set_double", bool: "set_b
 
 
 class FlashRTTrees:
-    """A BT.CPP factory with every flashrt node registered for one node's client.
+    """A BT.CPP factory with every flashrt node registered, acting through ``client`` (and, for
+    ``node`` ports naming other nodes, clients made alike on the same ROS node).
 
     ``load(xml)`` / ``load_file(path)`` give a ``behaviortreepy.Tree``; tick it
     with ``tick_once()`` while an executor spins the client's node.
     """
 
     def __init__(self, client: Any, factory: Any = None,
-                 on_event: Callable[[str, str, str], None] | None = None) -> None:
+                 on_event: Callable[[str, str, str], None] | None = None,
+                 make_client: Callable[[str], Any] | None = None) -> None:
         bt = _bt()
         self.client = client
+        self._make_client = make_client or self._client_like_ours
+        self.scope = getattr(client, "halt_scope", None) or HaltScope()     # trees of one client share it
+        client.halt_scope = self.scope
+        self.clients: dict[str, Any] = {client.namespace: client}
+        self.topics = TopicCache(client.node)
         self.on_event = on_event            # (instance name, event, detail): started | SUCCESS | FAILURE | halted
         self.factory = factory if factory is not None else bt.BehaviorTreeFactory()
         self._status = bt.NodeStatus
         self.ports: dict[str, dict[str, str]] = {}          # instance name -> port -> raw attribute
+        self.nodes_used: dict[str, set[str]] = {}           # node namespace -> verbs the trees call there
+        self.topics_used: dict[str, str] = {}               # topic -> its type ("": as advertised), read by nodes
+        self.unsigned_keys: set[str] = set()                # blackboard keys read by unsigned built-in ports
         self._active: dict[int, Any] = {}                   # node uid -> request in flight
+        self._timers: dict[int, float] = {}                 # TimeoutTimer uid -> its deadline (monotonic)
+        self._waiting: dict[int, str] = {}                  # RunPolicy uid -> what its goal last waited for
         self._budgets: dict[str, StepBudget] = {}           # instance name -> RunPolicy steps left
+        self._reported: set[tuple[str, str]] = set()        # (instance, error) logged once
         self.last_error: dict[str, tuple[int, str]] = {}    # instance name -> (error_code, message)
         for node in NODES:
             self._register(node)
+
+    def client_for(self, node: str) -> Any:
+        """The client of flashrt node ``node`` (empty: the tree's own), made on first use."""
+        name = node.rstrip("/") or ""
+        if not node:
+            return self.client
+        client = self.clients.get(name)
+        if client is None:
+            client = self._make_client(name)
+            client.halt_scope = self.scope
+            self.clients[name] = client
+        return client
+
+    def _client_like_ours(self, namespace: str) -> Any:
+        """A FlashRTClient for another node, on the same ROS node, with the same lease and owner."""
+        from flashrt_ros.client import FlashRTClient
+        return FlashRTClient(self.client.node, namespace, lease_s=self.client.leases.lease_s, owner=self.client.owner)
+
+    def subscribe_topics(self) -> list[str]:
+        """Subscribe to the topics the loaded trees read (before the first tick); returns those not
+        advertised yet (their subscription waits: it adapts to the publishers' QoS)."""
+        return [topic for topic, type_name in self.topics_used.items() if not self.topics.subscribe(
+            topic, type_name, wait_for_publisher=True)]
+
+    def close(self) -> None:
+        """Drop the topic subscriptions and the extra clients' lease timers (before the node goes)."""
+        self.topics.close()
+        for client in self.clients.values():
+            if client is not self.client and hasattr(client, "close"):
+                client.close()
 
     # --- loading --------------------------------------------------------------------------
     def load(self, xml_text: str, blackboard: Any = None) -> Any:
@@ -113,28 +197,85 @@ class FlashRTTrees:
         return self.load(Path(path).read_text(), blackboard)
 
     def prepare(self, xml_text: str) -> str:
-        """Move the flashrt nodes' port attributes into ``self.ports``; returns the XML BT.CPP gets."""
+        """Check the XML, put the Timeout stand-ins in, move the flashrt nodes' port attributes
+        into ``self.ports``; returns the XML BT.CPP gets."""
         try:
             root = ET.fromstring(xml_text)
         except ET.ParseError as exc:
             raise TreeXMLError(f"tree XML does not parse: {exc}") from exc
+        if root.find(".//include") is not None:
+            raise TreeXMLError("<include> is not supported: the flashrt nodes' ports are read from the XML "
+                               "given, so put every tree in that one file")
+        for element in root.iter("TreeNodesModel"):
+            element.clear()              # a model embedded in a tree file: ours is registered already
+        self._check_node_ids(root)
+        self._replace_timeouts(root)
         ports: dict[str, dict[str, str]] = {}
         for element in root.iter():
-            if element.tag == "TreeNodesModel":
-                element.clear()          # a model embedded in a tree file: ours is registered already
-                element.tag = "TreeNodesModel"
-                continue
             node = BY_ID.get(element.tag)
             if node is None:
+                self._note_unsigned_keys(element)
                 continue
             name = self._instance_name(element.get("name") or node.id, ports)
             ports[name] = self._check_ports(node, name, element.attrib)
+            self.topics_used.update(topics_read(node.id, ports[name]))
+            if node.verb:
+                used = ports[name].get("node", "")
+                if _blackboard_key(used, NODE_PORT_FOR_KEYS) is None:
+                    self.nodes_used.setdefault(used.rstrip("/") or self.client.namespace, set()).add(node.verb)
             keep = {k: v for k, v in element.attrib.items() if k in _BUILTIN_ATTRIBUTES}
             element.attrib.clear()
             element.attrib.update(keep)
             element.set("name", name)
         self.ports.update(ports)
         return ET.tostring(root, encoding="unicode")
+
+    def _check_node_ids(self, root: ET.Element) -> None:
+        trees = {e.get("ID") for e in root.iter("BehaviorTree") if e.get("ID")}
+        known = BUILTIN_NODES | set(BY_ID) | trees | set(self.factory.registered_behavior_trees())
+        for tree in root.iter("BehaviorTree"):
+            for element in tree.iter():
+                if element is tree:
+                    continue
+                node_id = element.get("ID") if element.tag in _GENERIC_TAGS and element.get("ID") else element.tag
+                if node_id not in known:
+                    raise TreeXMLError(f"<{element.tag}{' ID=' + repr(node_id) if node_id != element.tag else ''}> "
+                                       f"in BehaviorTree {tree.get('ID')!r}: no node of that name"
+                                       f"{_did_you_mean(node_id, known)} (flashrt nodes: docs/behaviour_trees.md)")
+                if element.tag in _GENERIC_TAGS and element.tag != "SubTree" and node_id in BY_ID:
+                    element.tag = node_id            # <Action ID="Snapshot" .../> is <Snapshot .../>
+                    del element.attrib["ID"]
+
+    def _replace_timeouts(self, root: ET.Element) -> None:
+        """Every ``<Timeout msec=X>C</Timeout>`` becomes ``<Parallel ..><TimeoutTimer msec=X/>C</Parallel>``."""
+        for parent in list(root.iter()):
+            for index, timeout in enumerate(list(parent)):
+                if timeout.tag != "Timeout":
+                    continue
+                children = list(timeout)
+                if len(children) != 1:
+                    raise TreeXMLError(f"<Timeout name={timeout.get('name')!r}> needs exactly one child "
+                                       f"(it has {len(children)})")
+                if "msec" not in timeout.attrib:
+                    raise TreeXMLError(f"<Timeout name={timeout.get('name')!r}>: missing required port 'msec'")
+                name = timeout.get("name") or "Timeout"
+                child = children[0]
+                parallel = ET.Element("Parallel", {k: v for k, v in timeout.attrib.items() if k != "msec"})
+                parallel.set("name", name)
+                parallel.set("success_count", "1")
+                parallel.set("failure_count", "1")
+                parallel.append(ET.Element(TIMEOUT_TIMER, {"name": f"{name} timer", "msec": timeout.get("msec"),
+                                                           "child": child.get("name") or child.tag}))
+                parallel.append(child)
+                parallel.tail = timeout.tail
+                parent.remove(timeout)
+                parent.insert(index, parallel)
+
+    def _note_unsigned_keys(self, element: ET.Element) -> None:
+        for port in _UNSIGNED_PORTS.get(element.tag, ()):
+            key = _blackboard_key(element.get(port, ""), NODE_PORT_FOR_KEYS)
+            if key:
+                self.unsigned_keys.add(key)
 
     def _instance_name(self, wanted: str, taken: dict[str, Any]) -> str:
         name, i = wanted, 2
@@ -148,8 +289,9 @@ class FlashRTTrees:
         given = {k: v for k, v in attributes.items() if k not in _BUILTIN_ATTRIBUTES}
         unknown = sorted(set(given) - set(ports))
         if unknown:
-            raise TreeXMLError(f"<{node.id} name='{name}'>: unknown port(s) {unknown}; "
-                               f"its ports are {sorted(ports)}")
+            hints = "".join(_did_you_mean(u, ports) for u in unknown)
+            raise TreeXMLError(f"<{node.id} name='{name}'>: unknown port(s) {unknown}{hints} "
+                               f"(its ports are {sorted(ports)})")
         for port in ports.values():
             raw = given.get(port.name)
             if raw is None:
@@ -176,15 +318,20 @@ class FlashRTTrees:
                 values[port.name] = port.default
                 continue
             key = _blackboard_key(text, port)
-            if key is None:
-                values[port.name] = _parse_literal(text, port)
-                continue
-            blackboard = tree_node.config().blackboard
-            try:
-                values[port.name] = getattr(blackboard, _GETTERS[port.kind])(key)
-            except Exception as exc:  # noqa: BLE001 - BT.CPP's message says what is missing
-                raise ValueError(f"port {port.name}: blackboard entry {{{key}}}: {exc}") from exc
+            values[port.name] = _parse_literal(text, port) if key is None else \
+                self._read_entry(tree_node.config().blackboard, key, port)
         return values
+
+    @staticmethod
+    def _read_entry(blackboard: Any, key: str, port: Port) -> Any:
+        """A blackboard entry as the port's type (an entry written as text is parsed, as BT.CPP does)."""
+        try:
+            return getattr(blackboard, _GETTERS[port.kind])(key)
+        except Exception as typed_error:  # noqa: BLE001 - e.g. a bool port reading the text "true"
+            try:
+                return _parse_literal(blackboard.get_string(key), port)
+            except Exception:  # noqa: BLE001 - BT.CPP's first message says what is missing
+                raise ValueError(f"port {port.name}: blackboard entry {{{key}}}: {typed_error}") from None
 
     def _write_outputs(self, node: NodeDef, tree_node: Any, values: dict[str, Any]) -> None:
         raw = self.ports.get(tree_node.name(), {})
@@ -199,21 +346,59 @@ class FlashRTTrees:
     # --- node callbacks -----------------------------------------------------------------------
     def _register(self, node: NodeDef) -> None:
         if node.kind == "Condition":
-            self.factory.register_simple_condition(node.id, lambda n, d=node: self._condition(d, n))
-            return
-        self.factory.register_simple_stateful_action(
-            node.id, lambda n, d=node: self._on_start(d, n), lambda n, d=node: self._on_running(d, n),
-            lambda n: self._on_halted(n))
+            self.factory.register_simple_condition(node.id, lambda n, d=node: self._check_tick(d, n))
+        elif node.check is not None and not node.waits:
+            self.factory.register_simple_action(node.id, lambda n, d=node: self._check_tick(d, n))
+        else:
+            self.factory.register_simple_stateful_action(
+                node.id, lambda n, d=node: self._on_start(d, n), lambda n, d=node: self._on_running(d, n),
+                lambda n: self._on_halted(n))
 
-    def _condition(self, node: NodeDef, tree_node: Any) -> Any:
-        holds, _why = condition_holds(node, self.client)
-        return self._status.SUCCESS if holds else self._status.FAILURE
+    def _verdict(self, node: NodeDef, tree_node: Any) -> tuple[Verdict, bool]:
+        """(the check's verdict, whether it could be made at all: False for a bad port or topic)."""
+        try:
+            verdict, valid = node.check(self, self._inputs(node, tree_node)), True
+        except (TopicError, ValueError, TypeError) as exc:
+            verdict, valid = Verdict(False, f"{node.id}: {exc}"), False
+            if (tree_node.name(), str(exc)) not in self._reported:       # a tree error: said once, not each tick
+                self._reported.add((tree_node.name(), str(exc)))
+                log.error("%s (%s): %s", tree_node.name(), node.id, exc)
+        if verdict.outputs:
+            self._write_outputs(node, tree_node, verdict.outputs)
+        return verdict, valid
+
+    def _check_tick(self, node: NodeDef, tree_node: Any) -> Any:
+        """A condition or a sync action (Publish): decided now, never waiting."""
+        verdict, _ = self._verdict(node, tree_node)
+        if node.kind == "Action":
+            return self._finish(node, tree_node, 0 if verdict.ok else ErrorCode.INVALID_ARGUMENT, verdict.why)
+        return self._status.SUCCESS if verdict.ok else self._status.FAILURE
+
+    def _wait_tick(self, node: NodeDef, tree_node: Any) -> Any:
+        """A waiting check (WaitForTopic): SUCCESS once it holds, RUNNING until ``timeout_s``."""
+        verdict, valid = self._verdict(node, tree_node)
+        if verdict.ok:
+            self._timers.pop(tree_node.uid(), None)
+            return self._finish(node, tree_node, 0, verdict.why)
+        if not valid:
+            self._timers.pop(tree_node.uid(), None)
+            return self._finish(node, tree_node, ErrorCode.INVALID_ARGUMENT, verdict.why)
+        if time.monotonic() >= self._timers.get(tree_node.uid(), float("inf")):
+            self._timers.pop(tree_node.uid(), None)
+            return self._finish(node, tree_node, ErrorCode.TIMEOUT, f"still not so: {verdict.why}")
+        return self._status.RUNNING
 
     def _on_start(self, node: NodeDef, tree_node: Any) -> Any:
         try:
             values = self._inputs(node, tree_node)
+            if node.id == TIMEOUT_TIMER:
+                return self._start_timer(tree_node, values)
+            if node.waits:
+                timeout_s = float(values["timeout_s"])
+                self._timers[tree_node.uid()] = time.monotonic() + timeout_s if timeout_s > 0 else float("inf")
+                return self._wait_tick(node, tree_node)
             values["budget"] = self._budgets.setdefault(tree_node.name(), StepBudget())
-            request = node.start(self.client, values)
+            request = node.start(self.client_for(values["node"]), values)
         except (ValueError, TypeError) as exc:
             return self._finish(node, tree_node, ErrorCode.INVALID_ARGUMENT, f"{node.id}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a node fails with a code, it never throws into BT.CPP
@@ -223,6 +408,10 @@ class FlashRTTrees:
         return self._on_running(node, tree_node)
 
     def _on_running(self, node: NodeDef, tree_node: Any) -> Any:
+        if node.id == TIMEOUT_TIMER:
+            return self._timer_running(tree_node)
+        if node.waits:
+            return self._wait_tick(node, tree_node)
         request = self._active.get(tree_node.uid())
         if request is None:                      # not started by us (should not happen): fail loudly
             return self._finish(node, tree_node, ErrorCode.INTERNAL, f"{node.id}: no request in flight")
@@ -231,9 +420,11 @@ class FlashRTTrees:
         except Exception as exc:  # noqa: BLE001 - e.g. rclpy refusing a request; never into BT.CPP
             del self._active[tree_node.uid()]
             return self._finish(node, tree_node, ErrorCode.INTERNAL, f"{node.id}: {type(exc).__name__}: {exc}")
+        self._report_waiting(tree_node, request)
         if progress is Progress.RUNNING:
             return self._status.RUNNING
         del self._active[tree_node.uid()]
+        self._waiting.pop(tree_node.uid(), None)
         answer = getattr(request, "response", None) or getattr(request, "result", None)
         if progress is Progress.SUCCESS:
             self._budgets.pop(tree_node.name(), None)
@@ -241,7 +432,19 @@ class FlashRTTrees:
                 self._write_outputs(node, tree_node, node.outputs(answer))
         return self._finish(node, tree_node, request.error_code, request.message)
 
+    def _report_waiting(self, tree_node: Any, request: Any) -> None:
+        """A RunPolicy goal that cannot step says what it waits for (and when it steps again)."""
+        waiting = getattr(request, "waiting_for", "")
+        before = self._waiting.get(tree_node.uid(), "")
+        if waiting != before:
+            self._waiting[tree_node.uid()] = waiting
+            if waiting and waiting.split(" (for ")[0] == before.split(" (for ")[0]:
+                return                           # the same wait, only longer: said once
+            self._event(tree_node.name(), "waiting" if waiting else "stepping again", waiting)
+
     def _on_halted(self, tree_node: Any) -> None:
+        self._timers.pop(tree_node.uid(), None)
+        self._waiting.pop(tree_node.uid(), None)
         request = self._active.pop(tree_node.uid(), None)
         if request is not None:
             request.halt()
@@ -251,8 +454,32 @@ class FlashRTTrees:
             if budget is not None and hasattr(request, "reported_steps"):
                 budget.halted(request)
 
+    # --- the Timeout stand-in ----------------------------------------------------------------
+    def _start_timer(self, tree_node: Any, values: dict[str, Any]) -> Any:
+        msec = float(values["msec"])
+        if msec < 0:
+            return self._finish(BY_ID[TIMEOUT_TIMER], tree_node, ErrorCode.INVALID_ARGUMENT,
+                                f"Timeout: msec must be >= 0, got {msec:g}")
+        self._timers[tree_node.uid()] = time.monotonic() + msec / 1e3 if msec > 0 else float("inf")
+        return self._status.RUNNING
+
+    def _timer_running(self, tree_node: Any) -> Any:
+        deadline = self._timers.get(tree_node.uid())
+        if deadline is not None and time.monotonic() < deadline:
+            return self._status.RUNNING
+        self._timers.pop(tree_node.uid(), None)
+        raw = self.ports.get(tree_node.name(), {})
+        self._event(tree_node.name(), "expired", f"halting {raw.get('child', 'its child')}")
+        return self._status.FAILURE
+
+    # --- outcomes -------------------------------------------------------------------------------
     def _finish(self, node: NodeDef, tree_node: Any, code: int, message: str) -> Any:
-        self._write_outputs(node, tree_node, {"error_code": int(code), "error_message": message})
+        try:
+            name = ErrorCode(int(code)).name
+        except ValueError:
+            name = str(int(code))
+        self._write_outputs(node, tree_node, {"error_code": int(code), "error_name": name,
+                                              "error_message": message})
         self.last_error[tree_node.name()] = (int(code), message)
         self._event(tree_node.name(), "FAILURE" if code else "SUCCESS", message)
         if code:
@@ -263,6 +490,10 @@ class FlashRTTrees:
     def _event(self, name: str, event: str, detail: str) -> None:
         if self.on_event is not None:
             self.on_event(name, event, detail)
+
+
+#: A stand-in port for reading ``{key}`` references of ports that are not ours.
+NODE_PORT_FOR_KEYS = Port("node", str, "", "")
 
 
 def register_model(factory: Any, model_path: str | Path) -> None:

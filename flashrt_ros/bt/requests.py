@@ -28,7 +28,10 @@ the rules live here and the front-ends only translate statuses and ports:
   cancelled goal has reported its result, every later request
   of the same client waits (RUNNING, bounded by its own timeout), so the next
   node of the tree acts on the boundary the goal stopped at, never on a state
-  the cancel has not settled yet.
+  the cancel has not settled yet. Clients that share a ``halt_scope`` (the
+  clients of the nodes of one tree) wait for each other's halted goals: a
+  simulator restored while the policy's cancelled goal still steps would be
+  moved again by that goal.
 """
 from __future__ import annotations
 
@@ -76,18 +79,27 @@ def _tagged(code: int, message: str) -> str:
     return message if not code or name in message else f"{message} (error {name})"
 
 
-# --- halted goals, per client ------------------------------------------------------------------
+# --- halted goals, per client (or per halt scope) -----------------------------------------------
 _halted: "weakref.WeakKeyDictionary[Any, list[GoalRequest]]" = weakref.WeakKeyDictionary()
 
 
+class HaltScope:
+    """Shared by clients whose requests wait for each other's halted goals (``client.halt_scope``)."""
+
+
+def _scope(client: Any) -> Any:
+    return getattr(client, "halt_scope", None) or client
+
+
 def unsettled_goals(client: Any) -> int:
-    """How many goals halted through ``client`` have not reported their result yet."""
-    return len(_halted.get(client, ()))
+    """How many goals halted through ``client`` (or its halt scope) have not reported their result yet."""
+    return len(_halted.get(_scope(client), ()))
 
 
 def halted_goals_settled(client: Any) -> bool:
-    """True once every goal halted through ``client`` has reported its result (or was given up)."""
-    goals = _halted.get(client)
+    """True once every goal halted through ``client`` (or its halt scope) has reported its result
+    (or was given up)."""
+    goals = _halted.get(_scope(client))
     if not goals:
         return True
     goals[:] = [g for g in goals if not g.settled()]
@@ -171,15 +183,27 @@ class ServiceRequest:
         self.response = future.result()
         if self.response is None:
             return self._fail(ErrorCode.INTERNAL, f"{self.verb}: empty response")
-        if not self.response.success:
-            code = int(getattr(self.response, "error_code", 0) or 0)
-            return self._fail(code, describe_failure(self.verb, code, self.response.message))
-        self.error_code, self.message = 0, self.response.message
+        success, code, message = response_status(self.response)
+        if not success:
+            return self._fail(code, describe_failure(self.verb, code, message))
+        self.error_code, self.message = 0, message
         return Progress.SUCCESS
 
     def _fail(self, code: int, message: str) -> Progress:
         self.error_code, self.message = int(code), _tagged(code, message)
         return Progress.FAILURE
+
+
+def response_status(response: Any) -> tuple[bool, int, str]:
+    """(success, error code, message) of a flashrt response, or of rclpy's SetParameters answer
+    (``results[]``: a refused parameter is INVALID_ARGUMENT with the node's reason)."""
+    results = getattr(response, "results", None)
+    if results is not None and not hasattr(response, "success"):
+        refused = [r.reason for r in results if not r.successful]
+        if refused:
+            return False, int(ErrorCode.INVALID_ARGUMENT), "; ".join(refused)
+        return True, 0, "set"
+    return bool(response.success), int(getattr(response, "error_code", 0) or 0), response.message
 
 
 def _forget_pending(client: Any, verb: str, future: Any) -> None:
@@ -224,7 +248,8 @@ class GoalRequest:
         self.fields: dict[str, Any] | None = None
         # A callable is read when the goal is sent (after any halted goal settled); None: nothing to run.
         self._fields = fields if callable(fields) else (lambda f=dict(fields or {}): f)
-        self._on_feedback = on_feedback
+        self._user_feedback = on_feedback
+        self.waiting_for = ""           # RunPolicy: what the goal waits for (its latest waiting feedback)
         self.timeout_s, self.answer_timeout_s = timeout_s, answer_timeout_s
         self._ready = _action_calls(client, action, {}, None)[0]
         self.started: float | None = None
@@ -243,6 +268,15 @@ class GoalRequest:
         self._result_asking: ResultAsking | None = None
         self._acceptance_lost = False
         self._id_cancel: Any = None     # the cancel-by-id request of a goal whose acceptance was lost
+
+    def _on_feedback(self, feedback: Any) -> None:
+        """Each feedback message (from the executor): keeps ``waiting_for`` current, then the caller's."""
+        if getattr(feedback, "state", "") == "waiting":
+            self.waiting_for = f"{feedback.waiting_for} (for {feedback.waiting_s:.1f} s)"
+        else:
+            self.waiting_for = ""
+        if self._user_feedback is not None:
+            self._user_feedback(feedback)
 
     @property
     def answer_limit_s(self) -> float:
@@ -283,7 +317,7 @@ class GoalRequest:
                                                      f"{self.answer_limit_s:g} s (not re-sent; {what})")
             self.handle = self.goal_future.result()
             if self.handle is None or not self.handle.accepted:
-                self._forget_feedback()
+                self._forget_goal()
                 return self._fail(ErrorCode.BUSY, f"{self.action}: goal rejected (another goal is running, "
                                                   "or the node is not active with the right engine)")
             self._ask_result(now)
@@ -311,7 +345,7 @@ class GoalRequest:
         self.settled()                     # sends the cancel now if the goal was already accepted
         if not self.goal_future.done():    # ... else the moment it is accepted, ticked or not
             self.goal_future.add_done_callback(self._cancel_when_accepted)
-        _halted.setdefault(self.client, []).append(self)
+        _halted.setdefault(_scope(self.client), []).append(self)
 
     def settled(self) -> bool:
         """For a halted goal: has it reported its result (a cancel is sent once it is accepted)?
@@ -332,7 +366,7 @@ class GoalRequest:
         if self.handle is None:
             self.handle = self.goal_future.result()
         if self.handle is None or not self.handle.accepted:
-            self._forget_feedback()
+            self._forget_goal()
             return True
         if not self.result_futures:
             self._ask_result(now)
@@ -365,14 +399,15 @@ class GoalRequest:
         """The goal's acceptance never arrived: it may run all the same, so cancel it by its id."""
         self._acceptance_lost = True
         self.goal_future.cancel()
-        self._forget_feedback()
+        self._forget_goal()
         if self.goal_id is not None:
             self._id_cancel = self.client.cancel_goal_id(self.goal_id, action=self.action)
             self._cancel_sent = True
 
-    def _forget_feedback(self) -> None:
-        """The goal ended (or its acceptance was lost): the client drops its feedback callback."""
-        forget = getattr(self.client, "forget_feedback", None)     # test doubles may lack it
+    def _forget_goal(self) -> None:
+        """The goal ended (or its acceptance was lost): the client drops its feedback callback and
+        stops renewing its lease."""
+        forget = getattr(self.client, "forget_goal", None)     # test doubles may lack it
         goal = self.handle if self.handle is not None else self.goal_id
         if forget is not None and goal is not None:
             forget(goal)
@@ -389,7 +424,7 @@ class GoalRequest:
         answered = next((f for f in self.result_futures if f.done()), None)
         if answered is not None:
             self.result_future = answered
-            self._forget_feedback()
+            self._forget_goal()
             return answered.result()
         if self._result_asking.due(getattr(self.handle, "status", 0), now):   # a reply may be lost
             self._ask_result(now)
@@ -492,5 +527,5 @@ def check_status(status: Any, condition: str) -> tuple[bool, str]:
     if condition == "inputs_fresh":
         return status.inputs_state == "fresh", f"inputs {status.inputs_state}: {status.inputs_detail}".rstrip(": ")
     if condition == "policy_paused":
-        return not status.busy, "policy paused" if not status.busy else "policy running"
+        return status.paused, "policy paused" if status.paused else "policy not paused"
     raise ValueError(f"unknown condition {condition!r} (inputs_fresh or policy_paused)")

@@ -1,12 +1,22 @@
 """flashrt_sim: the MuJoCo arm (``sim.arm``) on ROS topics, with its own snapshot/restore.
 
-Topics (under the node's namespace, default ``/sim``):
+Topics (under the node's namespace, default ``/sim``), the first five published with every observation:
 - ``~/joint_states`` (pub, ``sensor_msgs/JointState``: shoulder, elbow; position, velocity)
 - ``~/target`` (pub, ``std_msgs/Float32MultiArray``: the target's x, y in metres, the task's goal;
   a policy node reads it with ``input_environment_state_topic``)
 - ``~/image`` (pub, ``sensor_msgs/Image`` rgb8 from the overhead camera; ``render:=false`` turns it off)
+- ``~/steps`` (pub, ``std_msgs/UInt64``: physics steps since the reset: a tree waits on it until the
+  sim has applied the last command, e.g. before a world snapshot; this and the next two are
+  transient local, so a reader that comes late gets the latest)
+- ``~/distance`` (pub, ``std_msgs/Float64``: the tip's distance to the target, metres) and
+  ``~/reached`` (pub, ``std_msgs/Bool``: the tip on the target and at rest, ``ReachCriterion``), which
+  the ``TargetReached`` tree node reads
 - ``~/command`` (sub, ``std_msgs/Float64MultiArray``: the two joint position targets,
   as to a ros2_control forward position controller)
+
+Parameter ``target`` ([x, y] in metres; settable live, ``ros2 param set /sim target "[0.1, 0.15]"``
+or a tree's ``SetParameter``): moves the target at once, before the answer, without publishing,
+so the next command's observation shows it (a reset draws a new target from ``seed``).
 
 Modes (parameter ``mode``):
 - ``lockstep``: every command advances the physics by one control period and
@@ -18,20 +28,25 @@ Services (``std_srvs/Trigger`` reset; ``flashrt_ros/Snapshot`` and ``Restore``
 with ``name``): ``~/reset`` re-seeds the episode (``seed``) and publishes its
 first observation; ``~/snapshot`` keeps the exact physics state
 (``mj_getState``, ``mjSTATE_INTEGRATION``) under a name; ``~/restore`` puts it
-back (``mj_setState``) without publishing. All physics calls hold one lock.
+back (``mj_setState``) without publishing, or, with ``publish_on_restore``, publishes
+the restored observation (a behaviour tree that restores the world and the policy
+then resumes on exactly the observation the snapshot saw). All physics calls hold one lock.
 """
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
 from typing import Any
 
 import rclpy
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float32MultiArray, Float64MultiArray
+from std_msgs.msg import Bool, Float32MultiArray, Float64, Float64MultiArray, UInt64
 from std_srvs.srv import Trigger
 
 from flashrt_ros.ros.spinning import serve_until_interrupted
@@ -44,7 +59,10 @@ class SimNode(Node):
     def __init__(self, node_name: str = "sim", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         from flashrt_ros.sim.arm import JOINTS, ArmConfig, ArmSim
+        from flashrt_ros.sim.arm_task import ReachCriterion
         self.declare_parameter("seed", 0)
+        self.declare_parameter("publish_on_restore", False)
+        self.declare_parameter("target", Parameter.Type.DOUBLE_ARRAY)
         self.declare_parameter("mode", "lockstep")
         self.declare_parameter("control_rate_hz", 50.0)
         self.declare_parameter("render", True)
@@ -66,7 +84,15 @@ class SimNode(Node):
         self._joint_pub = self.create_publisher(JointState, "~/joint_states", reliable)
         self._image_pub = self.create_publisher(Image, "~/image", reliable)
         self._target_pub = self.create_publisher(Float32MultiArray, "~/target", reliable)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)   # a late reader gets the latest
+        self._steps_pub = self.create_publisher(UInt64, "~/steps", latched)
+        self._distance_pub = self.create_publisher(Float64, "~/distance", latched)
+        self._reached_pub = self.create_publisher(Bool, "~/reached", latched)
+        self._criterion = ReachCriterion()
         self.create_subscription(Float64MultiArray, "~/command", self._on_command, reliable)
+        self.add_on_set_parameters_callback(self._check_target)
+        self.add_post_set_parameters_callback(self._apply_target)
         self.create_service(Trigger, "~/reset", self._reset)
         self.create_service(Snapshot, "~/snapshot", self._snapshot)
         self.create_service(Restore, "~/restore", self._restore)
@@ -87,6 +113,21 @@ class SimNode(Node):
             self._advance(values)
         else:
             self._command = values
+
+    def _check_target(self, params: list[Parameter]) -> SetParametersResult:
+        for param in params:
+            if param.name == "target":
+                values = list(param.value or [])
+                if len(values) != 2 or not all(math.isfinite(v) for v in values):
+                    return SetParametersResult(successful=False, reason="target must be [x, y] in metres, "
+                                                                       f"2 finite numbers (got {values})")
+        return SetParametersResult(successful=True)
+
+    def _apply_target(self, params: list[Parameter]) -> None:
+        for param in params:
+            if param.name == "target":
+                with self._lock:
+                    self.sim.set_target(list(param.value))
 
     def _on_timer(self) -> None:
         self._advance(self._command)
@@ -115,6 +156,10 @@ class SimNode(Node):
         js = JointState(name=self.joints, position=self.sim.joint_positions().tolist(),
                         velocity=self.sim.joint_velocities().tolist())
         js.header.stamp = stamp
+        self._steps_pub.publish(UInt64(data=self.sim.steps))
+        self._distance_pub.publish(Float64(data=self.sim.distance_to_target()))
+        self._reached_pub.publish(Bool(data=self._criterion.reached(
+            self.sim.tip_xy(), self.sim.target_xy(), self.sim.joint_velocities())))
         self._joint_pub.publish(js)
 
     # --- services ----------------------------------------------------------------
@@ -142,6 +187,8 @@ class SimNode(Node):
                 return response
             self.sim.set_state(state)
             response.capsule.name, response.capsule.position = request.name, self.sim.steps
+            if self.get_parameter("publish_on_restore").value:
+                self._publish_observation()
         response.success, response.message = True, f"physics restored to {request.name} (step {self.sim.steps})"
         return response
 

@@ -115,6 +115,14 @@ class ArmSim:
         """The target's (x, y) in metres (the task's goal; published by the sim node as ``~/target``)."""
         return self.data.mocap_pos[0][:2].copy()
 
+    def set_target(self, xy: np.ndarray | list[float]) -> None:
+        """Move the target to ``xy`` (metres; the arm reaches radius 0.24)."""
+        target = np.asarray(xy, dtype=np.float64).reshape(-1)
+        if target.shape != (2,) or not np.all(np.isfinite(target)):
+            raise ValueError(f"target must be 2 finite coordinates (x, y) in metres, got {target.tolist()}")
+        self.data.mocap_pos[0][:2] = target
+        self._mj.mj_forward(self.model, self.data)
+
     def tip_xy(self) -> np.ndarray:
         return self.data.site("tip").xpos[:2].copy()
 
