@@ -237,6 +237,9 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
                         say(f"{time.monotonic() - start:8.3f}  tree: {status.name}")
                         last = status
                     if status in (bt.NodeStatus.SUCCESS, bt.NodeStatus.FAILURE):
+                        settled = _settle(executor, client, say)      # e.g. a goal its last Timeout halted
+                        if settled:
+                            say(f"{time.monotonic() - start:8.3f}  after the tree ended{settled}")
                         return EXIT_OK if status == bt.NodeStatus.SUCCESS else EXIT_FAILED
                     if (max_seconds and time.monotonic() - start > max_seconds) or (stop is not None and stop()):
                         outcome = _halt(tree, executor, client, say)
@@ -292,14 +295,20 @@ def _halt(tree: Any, executor: Any, client: Any, say: Callable[[str], None]) -> 
     refuses another goal until then: exiting at once made the next tree's RunPolicy meet
     BUSY. The wait is bounded (``SETTLE_TIMEOUT_S``: a silent goal is given up on) and a
     second signal ends it. Returns how the halt ended, for the last line printed."""
-    from flashrt_ros.bt.requests import SETTLE_TIMEOUT_S, halted_goals_settled, unsettled_goals
-
     with watchdog():
         tree.halt_tree()
+    return _settle(executor, client, say)
+
+
+def _settle(executor: Any, client: Any, say: Callable[[str], None]) -> str:
+    """Wait until every goal the tree halted has reported its result (bounded; a second Ctrl-C
+    stops waiting); "" when none was left, else how the wait ended."""
+    from flashrt_ros.bt.requests import SETTLE_TIMEOUT_S, halted_goals_settled, unsettled_goals
+
     if halted_goals_settled(client):
         return ""
     count = lambda n: f"{n} cancelled goal{'s' if n != 1 else ''}"  # noqa: E731
-    say(f"waiting for {count(unsettled_goals(client))} to end (Ctrl-C again: stop waiting)")
+    say(f"waiting for {count(unsettled_goals(client))} to end (Ctrl-C: stop waiting)")
     waited_from = time.monotonic()
     try:
         with client.sigint_at_safe_points():
