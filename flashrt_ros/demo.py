@@ -31,9 +31,10 @@ def _start_node(model: str, log_path: Path, capsule_dir: str) -> subprocess.Pope
                             start_new_session=True)
 
 
-def _wait_active(proc: subprocess.Popen, log_path: Path, timeout: float) -> None:
+def _wait_active(proc: subprocess.Popen, log_path: Path, timeout: float, interrupted=lambda: None) -> None:
     deadline, shown = time.monotonic() + timeout, 0
     while time.monotonic() < deadline:
+        interrupted()                        # Ctrl-C / SIGTERM while the node starts
         text = log_path.read_text(errors="replace") if log_path.exists() else ""
         for line in text.splitlines()[shown:]:
             print(f"  node: {line.split('] ', 1)[-1]}", flush=True)
@@ -59,9 +60,11 @@ def run_demo(model: str = "smollm2", tokens: int = 24) -> int:
     node = rclpy.create_node("flashrt_demo_client")
     client = FlashRTClient(node, f"/{NAMESPACE}/flashrt")
     try:
-        _wait_active(proc, log_path, timeout=300)
-        print(f"[demo] node active after {time.perf_counter() - t_start:.1f} s", flush=True)
-        return _script(client, tokens)
+        # Ctrl-C and SIGTERM end the demo at a safe point, and the node it started goes with it
+        with client.sigint_at_safe_points():
+            _wait_active(proc, log_path, timeout=300, interrupted=client.raise_if_interrupted)
+            print(f"[demo] node active after {time.perf_counter() - t_start:.1f} s", flush=True)
+            return _script(client, tokens)
     finally:
         node.destroy_node()
         rclpy.try_shutdown()

@@ -264,3 +264,23 @@ def test_a_client_error_fails_the_node_with_internal_instead_of_throwing():
     assert t.tick_once() == bt.NodeStatus.FAILURE
     bb = t.root_blackboard()
     assert bb.get_int("code") == int(ErrorCode.INTERNAL) and "rclpy refused" in bb.get_string("why")
+
+
+def test_bt_run_logs_every_transition_to_a_groot2_file_and_traces_builtins(tmp_path):
+    import subprocess
+    import sys
+
+    from rosproc import REPO, ros_env
+    path = tmp_path / "builtins.xml"
+    path.write_text(tree('<Sequence name="both"><AlwaysSuccess name="first"/><AlwaysSuccess name="second"/>'
+                         "</Sequence>"))
+    log = tmp_path / "run.btlog"
+    out = subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--node", "/nobody/flashrt", "bt", "run",
+                          str(path), "--btlog", str(log), "--trace"],
+                         capture_output=True, text=True, env=ros_env(), cwd=str(REPO), timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tree: SUCCESS" in out.stdout and f"logging every transition to {log}" in out.stdout
+    for name in ("both", "first", "second"):       # StdCoutLogger: one line per transition of each node
+        assert any(name in line and "->" in line for line in out.stdout.splitlines()), out.stdout
+    data = log.read_bytes()
+    assert data and b"BehaviorTree" in data[:4096], "FileLogger2 writes the tree's XML, then the transitions"

@@ -168,8 +168,8 @@ def test_a_goal_on_stale_inputs_says_what_it_waits_for_and_ends_at_its_bound(unf
     client = client_of(unfed_node, ros_node)
     wait_until(lambda: client.run_policy_ready(), 60, "the node's action server")
     waiting: list = []
-    outcome = client.run_policy(max_steps=5, stale_timeout_s=1.5, wait_s=60, feedback=lambda fb: waiting.append(fb)
-                                if fb.state == "waiting" else None)
+    outcome = client.run_policy(max_steps=5, stale_timeout_s=1.5, wait_s=60,
+                                feedback=lambda fb: waiting.append(fb) if fb.state == "waiting" else None)
     result = outcome.result
     assert not result.success and result.error_code == ErrorCode.STALE_INPUTS and result.stop_reason == "stale_inputs"
     assert "no message yet on /unfed/flashrt/observation" in result.message, result.message

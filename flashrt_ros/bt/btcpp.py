@@ -52,7 +52,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable
 
-from flashrt_ros.bt.nodes import BY_ID, NODES, TIMEOUT_TIMER, NodeDef, Port, Verdict, all_ports, topics_read
+from flashrt_ros.bt.nodes import (BY_ID, NODE_PORT, NODES, TIMEOUT_TIMER, NodeDef, Port, Verdict, all_ports,
+                                  topics_read)
 from flashrt_ros.bt.requests import HaltScope, Progress, StepBudget
 from flashrt_ros.bt.topics import TopicCache, TopicError
 from flashrt_ros.runtime.errors import ErrorCode
@@ -160,8 +161,8 @@ class FlashRTTrees:
 
     def client_for(self, node: str) -> Any:
         """The client of flashrt node ``node`` (empty: the tree's own), made on first use."""
-        name = node.rstrip("/") or ""
-        if not node:
+        name = node.rstrip("/")
+        if not name:
             return self.client
         client = self.clients.get(name)
         if client is None:
@@ -221,7 +222,7 @@ class FlashRTTrees:
             self.topics_used.update(topics_read(node.id, ports[name]))
             if node.verb:
                 used = ports[name].get("node", "")
-                if _blackboard_key(used, NODE_PORT_FOR_KEYS) is None:
+                if _blackboard_key(used, NODE_PORT) is None:       # a literal node: checked before the first tick
                     self.nodes_used.setdefault(used.rstrip("/") or self.client.namespace, set()).add(node.verb)
             keep = {k: v for k, v in element.attrib.items() if k in _BUILTIN_ATTRIBUTES}
             element.attrib.clear()
@@ -273,7 +274,7 @@ class FlashRTTrees:
 
     def _note_unsigned_keys(self, element: ET.Element) -> None:
         for port in _UNSIGNED_PORTS.get(element.tag, ()):
-            key = _blackboard_key(element.get(port, ""), NODE_PORT_FOR_KEYS)
+            key = _blackboard_key(element.get(port, ""), Port(port, int, None, ""))
             if key:
                 self.unsigned_keys.add(key)
 
@@ -490,10 +491,6 @@ class FlashRTTrees:
     def _event(self, name: str, event: str, detail: str) -> None:
         if self.on_event is not None:
             self.on_event(name, event, detail)
-
-
-#: A stand-in port for reading ``{key}`` references of ports that are not ours.
-NODE_PORT_FOR_KEYS = Port("node", str, "", "")
 
 
 def register_model(factory: Any, model_path: str | Path) -> None:

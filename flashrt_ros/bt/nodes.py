@@ -120,8 +120,8 @@ NODES: tuple[NodeDef, ...] = (
         Port("pin", bool, False, "pin it (budgets never demote it)"),
         Port("overwrite", bool, False, "replace an existing capsule of that name"),
         NODE_PORT, _SERVICE_TIMEOUT, _POSITION),
-        verb="snapshot", start=_service("snapshot", lambda v: dict(name=v["capsule"], tier=v["tier"], session=v["session"],
-                                                  pin=v["pin"], overwrite=v["overwrite"])),
+        verb="snapshot", start=_service("snapshot", lambda v: dict(
+            name=v["capsule"], tier=v["tier"], session=v["session"], pin=v["pin"], overwrite=v["overwrite"])),
         outputs=_capsule_position),
     NodeDef("Restore", "Action", "Copy capsule `capsule` back into the live state at the next committed boundary.", (
         Port("capsule", str, None, "capsule name"),

@@ -6,8 +6,9 @@ which goal holds the node and whose it is, and ``~/status`` shows the running go
 
 Leases: a goal sent with ``lease_s > 0`` lives only while its client names it on
 ``<node>/goal_heartbeat`` at least once every ``lease_s`` (our client sends every
-``lease_s / 4``); the lease starts when the goal is accepted. The action servers ask ``lease_expired`` before every step or token and end an
-expired goal (``LEASE_EXPIRED``). Pure Python, no ROS: the node feeds it.
+``lease_s / 4``); the lease starts when the goal is accepted. The action servers ask
+``lease_expired`` before every step or token and end an expired goal
+(``LEASE_EXPIRED``). Pure Python, no ROS: the node feeds it.
 """
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ class RunningGoal:
             self.renewed = max(self.renewed, now)
 
     def describe(self, now: float | None = None) -> str:
-        """``goal 3f2a1b2c… (run_policy) from 'flashrt run-policy (pid 12 on host)', running 4.1 s, 61 steps, stepping``."""
+        """``goal 3f2a... (run_policy) from 'flashrt run-policy (pid 12 on host)', running 4.1 s, 61 steps,
+        stepping``: what a refused goal's message says of the running one."""
         now = time.monotonic() if now is None else now
         unit = "steps" if self.action == "run_policy" else "tokens"
         owner = f"'{self.owner}'" if self.owner else "an unnamed client (no owner given)"
