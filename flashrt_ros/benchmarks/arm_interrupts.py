@@ -44,7 +44,8 @@ import numpy as np
 import torch
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.models.policies import RNG_SEED, make_policy
+from flashrt_ros.models.policy_factory import make_policy
+from flashrt_ros.models.policy_interface import RNG_SEED
 from flashrt_ros.models.policy_features import ENV_STATE, STATE
 from flashrt_ros.sim.arm import ArmConfig, ArmSim
 from flashrt_ros.sim.arm_policy import TRAINED as POLICIES

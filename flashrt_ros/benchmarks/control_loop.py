@@ -19,7 +19,8 @@ import torch
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.stats import percentile
-from flashrt_ros.models.policies import ChunkedTransformerPolicy, GRUPolicy, PolicyModule
+from flashrt_ros.models.policy_interface import PolicyModule
+from flashrt_ros.models.reference_policies import ChunkedTransformerPolicy, GRUPolicy
 from flashrt_ros.sim import ReachingTask
 
 POLICIES = {"gru": GRUPolicy, "transformer": ChunkedTransformerPolicy}
