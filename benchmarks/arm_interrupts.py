@@ -1,6 +1,6 @@
 """What capsule restore buys a trained policy after an interrupt: success rates on the MuJoCo arm.
 
-    python -m flashrt_ros.benchmarks.arm_interrupts --episodes 50 --out docs/benchmarks
+    python -m benchmarks.arm_interrupts --episodes 50 --out docs/benchmarks
 
 For each trained checkpoint (default: the committed ACT and Diffusion Policy in
 ``flashrt_ros/sim/checkpoints/``) and each cell below, ``--episodes`` seeded

@@ -5,7 +5,7 @@ behaviour (a PD expert drives the simulated arm and the policy is fed its
 observations), then restore the capsule and the world state, and resume.
 After each restore the live arena is compared byte-for-byte with the capsule.
 
-    python -m flashrt_ros.benchmarks.control_loop [--seconds 10] [--device cpu|cuda] [--cuda-graph] [--threads 1]
+    python -m benchmarks.control_loop [--seconds 10] [--device cpu|cuda] [--cuda-graph] [--threads 1]
 
 No ROS needed. Timings are wall-clock on whatever machine runs it (printed).
 """
