@@ -4,6 +4,8 @@ On a ROS 2 distro the package is built by colcon through CMakeLists.txt (which
 also generates the interfaces); this file is used by ``scripts/setup.sh`` for an
 editable install into ``.venv`` (console scripts, dependency metadata). Extras:
 ``[test]``, ``[bench]`` and ``[sim]``; exact pins of everything: requirements-lock.txt.
+The wheel holds ``flashrt_ros`` only: the benchmarks (``benchmarks/``, run from a checkout as
+``python -m benchmarks.<name>``) and the tests stay in the checkout.
 """
 from pathlib import Path
 
@@ -37,7 +39,6 @@ setup(
         "console_scripts": [
             "flashrt = flashrt_ros.cli:main",
             "flashrt_node = flashrt_ros.ros.node:main",
-            "flashrt-bench = flashrt_ros.benchmarks.llm:main",
         ],
     },
 )

@@ -2,7 +2,7 @@
 
     MUJOCO_GL=egl python examples/arm_interrupt_trees.py --episodes 5 --policy act
 
-The ROS subset of ``python -m flashrt_ros.benchmarks.arm_interrupts`` (which runs the
+The ROS subset of ``python -m benchmarks.arm_interrupts`` (which runs the
 bulk in-process): the MuJoCo arm node (lock-step), the policy node hosting a trained
 checkpoint (``policy:=lerobot:<dir>``, ``run_mode: goal``: it steps only while a
 RunPolicy goal runs; JointState and ``/sim/target`` in, Float64MultiArray out) and
@@ -54,7 +54,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from flashrt_ros.benchmarks.arm_interrupts import CELLS, Episode, Interrupt, summarize  # noqa: E402
+from benchmarks.arm_interrupts import CELLS, Episode, Interrupt, summarize  # noqa: E402
 from flashrt_ros.bt import Reset, Restore, Rollback, RunPolicy, Snapshot  # noqa: E402
 from flashrt_ros.bt.requests import halted_goals_settled  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402

@@ -1,8 +1,8 @@
 """The committed trained arm policies (ACT, Diffusion Policy): they load, reach, and resume exactly.
 
 CI-sized: a few seeded episodes in-process (the engine the node hosts and the MuJoCo
-arm, ``flashrt_ros.benchmarks.arm_interrupts``); the full evaluation is
-``python -m flashrt_ros.benchmarks.arm_interrupts`` (docs/benchmarks/arm_interrupts.md).
+arm, ``benchmarks.arm_interrupts``); the full evaluation is
+``python -m benchmarks.arm_interrupts`` (docs/benchmarks/arm_interrupts.md).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from safetensors import safe_open
 
 pytest.importorskip("mujoco", reason="mujoco is not installed (scripts/setup_sim.sh installs it)")
 
-from flashrt_ros.benchmarks.arm_interrupts import ArmEpisodes  # noqa: E402
+from benchmarks.arm_interrupts import ArmEpisodes  # noqa: E402
 from flashrt_ros.models.lerobot.checkpoint import read_checkpoint  # noqa: E402
 from flashrt_ros.sim.arm_policy import TRAINED  # noqa: E402
 

@@ -32,7 +32,7 @@ pytest.importorskip("mujoco", reason="mujoco is not installed (scripts/setup_sim
 from rosproc import REPO  # noqa: E402
 from test_policy_bt_behaviours import FakeClient  # noqa: E402
 
-from flashrt_ros.benchmarks.arm_interrupts import ArmEpisodes  # noqa: E402
+from benchmarks.arm_interrupts import ArmEpisodes  # noqa: E402
 from flashrt_ros.bt import RunPolicy  # noqa: E402
 from flashrt_ros.bt.requests import halted_goals_settled  # noqa: E402
 from flashrt_ros.sim.arm_policy import TRAINED  # noqa: E402

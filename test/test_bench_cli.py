@@ -1,4 +1,4 @@
-"""CPU smoke tests of the benchmark commands: ``flashrt-bench --quick`` runs end to end, checks itself and
+"""CPU smoke tests of the benchmark commands: ``python -m benchmarks.llm --quick`` runs end to end, checks itself and
 degrades gracefully; ``sessions`` runs; the GPU-only ones refuse clearly without CUDA."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from flashrt_ros.benchmarks import llm as bench
+from benchmarks import llm as bench
 
 TINY = ["--quick", "--device", "cpu", "--contexts", "32", "--reps", "1", "--capsule-reps", "3",
         "--bandwidth-mib", "4"]
@@ -78,7 +78,7 @@ def test_zero_chunk_or_repetitions_are_refused_before_anything_runs(tmp_path: Pa
 
 
 def test_sessions_benchmark_runs_on_cpu_with_the_shared_percentile(monkeypatch, capsys) -> None:
-    from flashrt_ros.benchmarks import sessions
+    from benchmarks import sessions
 
     monkeypatch.setattr(sys, "argv", ["sessions", "--cpu", "--positions", "8", "--reps", "3", "--max-context", "64"])
     assert sessions.main() == 0
@@ -92,7 +92,7 @@ def test_gpu_micro_benchmarks_refuse_without_cuda_and_still_show_help(monkeypatc
     import pytest
     import torch
 
-    from flashrt_ros.benchmarks import kernel_attention, kernel_decode_overhead, kernel_gemv, kernel_segment_copies
+    from benchmarks import kernel_attention, kernel_decode_overhead, kernel_gemv, kernel_segment_copies
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for module in (kernel_attention, kernel_decode_overhead, kernel_gemv, kernel_segment_copies):

@@ -64,7 +64,7 @@ def test_noise_is_standard_normal():
 
 def test_llm_sampling_and_policy_noise_draw_from_the_same_generator():
     from flashrt_ros.engine import sampling
-    from flashrt_ros.models import policies
+    from flashrt_ros.models import reference_policies
     from flashrt_ros.ops import counter_rng
     assert sampling.uniform is counter_rng.uniform
-    assert policies.counter_normal is counter_rng.normal
+    assert reference_policies.counter_normal is counter_rng.normal

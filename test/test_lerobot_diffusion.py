@@ -16,7 +16,7 @@ import torch
 from lerobot_reference import (case_features, lerobot, make_checkpoint, max_relative_error, observations,
                                processors)
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.models.policies import make_policy
+from flashrt_ros.models.policy_factory import make_policy
 
 STEPS = 24
 TOLERANCE = 1e-4

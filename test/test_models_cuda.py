@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from flashrt_ros.benchmarks.models import SMOLLM2_CONFIG, seeded_weights_
+from benchmarks.models import SMOLLM2_CONFIG, seeded_weights_
 from flashrt_ros.models.hybrid import HybridCausalLM, bench_0p8b_config
 from flashrt_ros.models.hybrid.config import full_attention_every
 from flashrt_ros.models.llama import Llama

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.models.policies import ChunkedTransformerPolicy, GRUPolicy
+from flashrt_ros.models.reference_policies import ChunkedTransformerPolicy, GRUPolicy
 from flashrt_ros.sim import ReachingTask
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (hardware, not a failure)")

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.models.policies import (ChunkedTransformerPolicy, ChunkedTransformerPolicyConfig, GRUPolicy,
-                                         GRUPolicyConfig)
+from flashrt_ros.models.reference_policies import (ChunkedTransformerPolicy, ChunkedTransformerPolicyConfig,
+                                                  GRUPolicy, GRUPolicyConfig)
 from flashrt_ros.runtime.arena import BOUNDARY, POSITION
 from flashrt_ros.runtime.errors import FingerprintMismatch, InvalidArgument
 from flashrt_ros.sim import ReachingTask

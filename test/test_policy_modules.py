@@ -4,8 +4,10 @@ import math
 import pytest
 import torch
 
-from flashrt_ros.models.policies import (ChunkedTransformerPolicy, ChunkedTransformerPolicyConfig, GRUPolicy,
-                                         GRUPolicyConfig, PolicyModule, make_policy)
+from flashrt_ros.models.policy_factory import make_policy
+from flashrt_ros.models.policy_interface import PolicyModule
+from flashrt_ros.models.reference_policies import (ChunkedTransformerPolicy, ChunkedTransformerPolicyConfig,
+                                                  GRUPolicy, GRUPolicyConfig)
 from flashrt_ros.runtime.arena import StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
 
@@ -131,7 +133,7 @@ def test_weights_depend_only_on_the_config_seed():
 def test_make_policy_resolves_reference_names_and_factories():
     assert isinstance(make_policy("gru"), GRUPolicy)
     assert isinstance(make_policy("transformer"), ChunkedTransformerPolicy)
-    assert isinstance(make_policy("flashrt_ros.models.policies:GRUPolicy"), GRUPolicy)
-    for bad in ("nope", "collections:OrderedDict", "no_such_module_xyz:f", "flashrt_ros.models.policies:nope"):
+    assert isinstance(make_policy("flashrt_ros.models.reference_policies:GRUPolicy"), GRUPolicy)
+    for bad in ("nope", "collections:OrderedDict", "no_such_module_xyz:f", "flashrt_ros.models.reference_policies:nope"):
         with pytest.raises(InvalidArgument):
             make_policy(bad)

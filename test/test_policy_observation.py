@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.models.policies import GRUPolicy, PolicyModule
+from flashrt_ros.models.policy_interface import PolicyModule
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
+from flashrt_ros.models.reference_policies import GRUPolicy
 from flashrt_ros.runtime.arena import BufferSpec
 from flashrt_ros.runtime.errors import InvalidArgument
 

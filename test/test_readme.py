@@ -148,7 +148,7 @@ class _Robot:
 def test_robot_quick_start_runs_as_written(tmp_path):
     from lerobot_reference import lerobot
     lerobot()                                              # skips without the LeRobot reference
-    from flashrt_ros.benchmarks.policies import make_checkpoint
+    from benchmarks.policies import make_checkpoint
     serve = block_with("flashrt serve --namespace /robot1")     # names taken from the README
     joints = re.search(r"input_joint_names:=\[(.*?)\]", serve).group(1).split(", ")
     cameras = tuple(re.search(r"input_image_features:=\[(.*?)\]", serve).group(1).split(", "))

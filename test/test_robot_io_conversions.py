@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from flashrt_ros.models.policies import ChunkedTransformerPolicy, ChunkedTransformerPolicyConfig
+from flashrt_ros.models.reference_policies import ChunkedTransformerPolicy, ChunkedTransformerPolicyConfig
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
 from flashrt_ros.robot_io.images import (compressed_format_problem, compressed_image_feature, decode,

@@ -9,7 +9,7 @@ from pathlib import Path
 def test_robot_rate_benchmark_measures_commands_from_a_built_act(tmp_path: Path, capsys) -> None:
     from lerobot_reference import lerobot
     lerobot()                                     # skips without the LeRobot reference
-    from flashrt_ros.benchmarks.robot_rate import main
+    from benchmarks.robot_rate import main
     out = tmp_path / "rate.json"
     assert main(["--smoke", "--policy-hw", "24", "32", "--camera-size", "64", "48", "--seconds", "3",
                  "--warmup", "1", "--json", str(out)]) == 0

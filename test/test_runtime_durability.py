@@ -19,6 +19,7 @@ import pytest
 
 from capsule_files import read_manifest
 from flashrt_ros.runtime import disk
+from flashrt_ros.runtime.disk import writer
 from flashrt_ros.runtime.errors import AlreadyExists, CapsuleIOError, CapsuleNotFound
 from flashrt_ros.runtime.store import CapsuleStore
 from flashrt_ros.runtime.toy import ToyEngine, live_bytes, toy_arena
@@ -26,7 +27,7 @@ from flashrt_ros.runtime.toy import ToyEngine, live_bytes, toy_arena
 REPO = Path(__file__).resolve().parents[1]
 MB = 1 << 20
 FP = "fp-durable"
-#: The filesystem steps of one save, in order (see ``disk.write_capsule``).
+#: The filesystem steps of one save, in order (see ``disk.writer.write_capsule``).
 STEPS = ("write temp", "fsync temp", "rename", "fsync directory")
 
 
@@ -54,7 +55,7 @@ def loaded_digest(directory, name: str = "cap") -> str:
 def instrument(monkeypatch, at: int, action) -> list[str]:
     """Call ``action(step)`` just before filesystem step number ``at`` of every save."""
     seen: list[str] = []
-    originals = {"write temp": disk.write_safetensors, "fsync": disk._fsync_path, "rename": os.replace}
+    originals = {"write temp": writer.write_safetensors, "fsync": writer._fsync_path, "rename": os.replace}
 
     def hook(step: str) -> None:
         seen.append(step)
@@ -73,9 +74,9 @@ def instrument(monkeypatch, at: int, action) -> list[str]:
         hook("rename")
         return originals["rename"](*a, **k)
 
-    monkeypatch.setattr(disk, "write_safetensors", write_safetensors)
-    monkeypatch.setattr(disk, "_fsync_path", fsync)
-    monkeypatch.setattr(disk.os, "replace", replace)
+    monkeypatch.setattr(writer, "write_safetensors", write_safetensors)
+    monkeypatch.setattr(writer, "_fsync_path", fsync)
+    monkeypatch.setattr(writer.os, "replace", replace)
     return seen
 
 
@@ -108,7 +109,7 @@ def test_a_failed_step_of_an_overwriting_save_keeps_the_old_capsule(tmp_path, mo
 CRASHER = r"""
 import os, sys
 from pathlib import Path
-from flashrt_ros.runtime import disk
+from flashrt_ros.runtime.disk import writer
 from flashrt_ros.runtime.store import CapsuleStore
 from flashrt_ros.runtime.toy import ToyEngine, toy_arena
 directory, at = sys.argv[1], int(sys.argv[2])
@@ -124,9 +125,9 @@ def crash_at(fn):
             os._exit(17)          # like kill -9: no cleanup, no finally
         return fn(*a, **k)
     return wrapped
-disk.write_safetensors = crash_at(disk.write_safetensors)
-disk._fsync_path = crash_at(disk._fsync_path)
-disk.os.replace = crash_at(os.replace)
+writer.write_safetensors = crash_at(writer.write_safetensors)
+writer._fsync_path = crash_at(writer._fsync_path)
+writer.os.replace = crash_at(os.replace)
 store.load("cap")
 store.snapshot("cap", tier="disk", overwrite=True)
 os._exit(0)
@@ -341,7 +342,7 @@ def test_kill_9_during_a_large_save_leaves_no_temp_byte_after_the_next_start(tmp
 def blocked_write(monkeypatch):
     """``arm()``: from then on a capsule write stops after a few bytes until ``release`` is set."""
     started, release = threading.Event(), threading.Event()
-    original = disk.write_safetensors
+    original = writer.write_safetensors
 
     def write(fd, tensors, metadata):
         os.write(fd, b"partial")            # some temp bytes exist while the write is held
@@ -351,7 +352,7 @@ def blocked_write(monkeypatch):
         return original(fd, tensors, metadata)
 
     def arm():
-        monkeypatch.setattr(disk, "write_safetensors", write)
+        monkeypatch.setattr(writer, "write_safetensors", write)
     yield arm, started, release
     release.set()
 

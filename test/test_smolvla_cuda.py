@@ -72,7 +72,7 @@ def test_published_size_matches_lerobot_on_the_gpu_over_two_chunks(tmp_path):
             noise = plan_noise(0, i // config.n_action_steps, config).cuda()
             expected.append(post(ref.select_action(batch, noise=noise).cpu())[0])
     expected = torch.stack(expected)
-    from flashrt_ros.models.policies import make_policy
+    from flashrt_ros.models.policy_factory import make_policy
     engine = PolicyEngine(make_policy(f"lerobot:{directory}"), device="cuda", cuda_graph=True,
                           directory=str(tmp_path / "caps"))
     set_instruction(engine, "stack")

@@ -78,7 +78,7 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
         return engine
     if config.engine_kind == "policy":
         from flashrt_ros.engine.policy_engine import PolicyEngine
-        from flashrt_ros.models.policies import make_policy
+        from flashrt_ros.models.policy_factory import make_policy
 
         # 'auto' keeps policies in float32 (their parity is checked in fp32); an explicit dtype
         # runs a LeRobot checkpoint's networks in it

@@ -41,7 +41,7 @@ import flashrt_ros
 from flashrt_ros.engine.graphs import StepRunner
 from flashrt_ros.engine.host_mirror import HostMirror
 from flashrt_ros.engine.stats import percentile
-from flashrt_ros.models.policies import RNG_SEED, STATE_PREFIX, PolicyModule
+from flashrt_ros.models.policy_interface import RNG_SEED, STATE_PREFIX, PolicyModule
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.runtime.arena import BOUNDARY, POSITION, StateArena, core_meta_specs
 from flashrt_ros.runtime.boundary import BoundaryGate

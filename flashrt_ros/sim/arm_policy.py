@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flashrt_ros.models.policies import ChunkedTransformerPolicy, ChunkedTransformerPolicyConfig
+from flashrt_ros.models.reference_policies import ChunkedTransformerPolicy, ChunkedTransformerPolicyConfig
 
 CHECKPOINTS = Path(__file__).resolve().with_name("checkpoints")
 TRAINED = {"act": CHECKPOINTS / "arm_act", "diffusion": CHECKPOINTS / "arm_diffusion"}

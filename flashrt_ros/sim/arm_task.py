@@ -2,7 +2,7 @@
 
 Why here (no ROS, no torch): the same two pieces serve the recording of
 demonstrations (``examples/train_arm``), the evaluation
-(``flashrt_ros.benchmarks.arm_interrupts``) and the tests, so "success" means
+(``benchmarks.arm_interrupts``) and the tests, so "success" means
 one thing everywhere.
 
 The expert is inverse kinematics plus a rate limit: it computes the joint

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, read_checkpoint
-from flashrt_ros.models.policies import PolicyModule
+from flashrt_ros.models.policy_interface import PolicyModule
 from flashrt_ros.runtime.errors import InvalidArgument
 
 SUPPORTED_TYPES = ("act", "diffusion", "smolvla")

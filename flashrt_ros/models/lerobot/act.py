@@ -25,7 +25,7 @@ from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, f
 from flashrt_ros.models.lerobot.layout import lay_out_convs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
-from flashrt_ros.models.policies import ActionQueue, PolicyModule, pop_queue
+from flashrt_ros.models.policy_interface import ActionQueue, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument

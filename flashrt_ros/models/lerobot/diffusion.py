@@ -38,7 +38,7 @@ from flashrt_ros.models.lerobot.layout import lay_out_convs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
 from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
-from flashrt_ros.models.policies import RNG_SEED, ActionQueue, PolicyModule, pop_queue
+from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.ops.group_norm import group_norm_mish

@@ -38,7 +38,7 @@ from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.smolvla_checkpoint import (TokenizerSettings, tokenizer_file, tokenizer_settings,
                                                           vlm_sizes)
 from flashrt_ros.models.lerobot.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
-from flashrt_ros.models.policies import RNG_SEED, ActionQueue, PolicyModule, pop_queue
+from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena

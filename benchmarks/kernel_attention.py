@@ -5,7 +5,7 @@ and a 2048-token chunk at start 0 and at start 14336 (16k context), prints the
 median time (CUDA events, 20 reps) of each config of ``_prefill_config``, and of
 ``F.scaled_dot_product_attention`` on the live keys with a lower-right causal
 mask (what a flash kernel does when the position is known on the host).
-Run on a GPU: ``python -m flashrt_ros.benchmarks.kernel_attention``.
+Run on a GPU: ``python -m benchmarks.kernel_attention``.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 import flashrt_ros.ops.triton.attention as attention
-from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
-from flashrt_ros.benchmarks.timing import graph_ms, median_event_ms
+from benchmarks.gpu_args import gpu_benchmark_args
+from benchmarks.timing import graph_ms, median_event_ms
 
 SHAPES = {"hybrid": (8, 2, 256), "smollm2": (9, 3, 64)}
 CONFIGS = {256: [(64, 32, 8, 2), (64, 64, 8, 2), (128, 32, 8, 2), (64, 32, 4, 3), (128, 64, 8, 2)],
@@ -72,7 +72,7 @@ def short_chunks(turn: int = 64) -> None:
 
 
 def main() -> None:
-    args = gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_attention", lambda p: p.add_argument(
+    args = gpu_benchmark_args(__doc__, "python -m benchmarks.kernel_attention", lambda p: p.add_argument(
         "--short", action="store_true", help="a follow-up turn's short chunk: split-key vs flash-style vs SDPA"))
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if args.short:

@@ -1,4 +1,4 @@
-"""``flashrt-bench``: a follow-up turn from a capsule vs a cold prefill, re-entry, decode, capsule verbs.
+"""``python -m benchmarks.llm``: a follow-up turn from a capsule vs a cold prefill, re-entry, decode, capsule verbs.
 
 One process, one report: for each model (the hybrid 0.81B benchmark shape, and
 SmolLM2-135M) and each context length N it measures (f) the follow-up turn:
@@ -11,8 +11,8 @@ token and of the turn's prefill; (e) snapshot / restore vs the copy floor of
 the live bytes. Writes ``llm.md`` (+ ``llm.json``, ``llm_ttft.png`` when
 matplotlib exists) into ``--out``. See docs/benchmarks/README.md for the columns.
 
-    flashrt-bench                                   # H200 defaults, < 8 minutes
-    python -m flashrt_ros.benchmarks.llm --quick --device cpu --out /tmp/bench   # CPU smoke run
+    python -m benchmarks.llm                                         # H200 defaults, < 8 minutes
+    python -m benchmarks.llm --quick --device cpu --out /tmp/bench   # CPU smoke run
 """
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ from typing import Any, Sequence
 
 import torch
 
-from flashrt_ros.benchmarks.anatomy import forward_anatomy
-from flashrt_ros.benchmarks.budget import TimeBudget
-from flashrt_ros.benchmarks.measure import RunSettings, measure_hf, measure_ours
-from flashrt_ros.benchmarks.models import (MODELS, ModelPair, build_hybrid, build_smollm2, parameter_count,
+from benchmarks.anatomy import forward_anatomy
+from benchmarks.budget import TimeBudget
+from benchmarks.measure import RunSettings, measure_hf, measure_ours
+from benchmarks.models import (MODELS, ModelPair, build_hybrid, build_smollm2, parameter_count,
                                            weight_read_bytes)
-from flashrt_ros.benchmarks.report import plot, render
-from flashrt_ros.benchmarks.timing import copy_bandwidth
+from benchmarks.report import plot, render
+from benchmarks.timing import copy_bandwidth
 from flashrt_ros.models.base import FingerprintInputs
 from flashrt_ros.ops.triton import fast_kernels, triton_available
 
@@ -42,7 +42,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 
 def log(msg: str) -> None:
-    print(f"[flashrt-bench] {msg}", flush=True)
+    print(f"[benchmarks.llm] {msg}", flush=True)
 
 
 def _version(dist: str) -> str:
@@ -74,7 +74,7 @@ def machine_info(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="flashrt-bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.llm", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                    help="default: bfloat16 on CUDA, float32 on CPU")
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             torch.cuda.empty_cache()
     notes += budget.notes
     notes.append(f"total run time {budget.elapsed():.0f} s (budget {budget.total_s:.0f} s)")
-    return {"command": " ".join(["flashrt-bench", *sys.argv[1:]]), "machine": machine, "models": models,
+    return {"command": " ".join(["python -m benchmarks.llm", *sys.argv[1:]]), "machine": machine, "models": models,
             "rows": rows, "notes": notes}
 
 

@@ -20,9 +20,9 @@ Measured (median of ``--reps``; CUDA events on GPU, perf_counter on CPU):
 * copy merging: the same snapshot as one copy per contiguous run vs one copy
   per buffer (``--layers`` * 2 + 4 copies).
 
-    python -m flashrt_ros.benchmarks.capsules                  # CUDA, 1 MB .. 1 GB
-    python -m flashrt_ros.benchmarks.capsules --cpu            # CPU, 1 / 16 / 64 MB
-    python -m flashrt_ros.benchmarks.capsules --out docs/benchmarks/capsules.md
+    python -m benchmarks.capsules                  # CUDA, 1 MB .. 1 GB
+    python -m benchmarks.capsules --cpu            # CPU, 1 / 16 / 64 MB
+    python -m benchmarks.capsules --out docs/benchmarks/capsules.md
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 
-from flashrt_ros.benchmarks.timing import median_event_ms, wall_ms
+from benchmarks.timing import median_event_ms, wall_ms
 from flashrt_ros.runtime.arena import POSITION, BufferSpec, StateArena, core_meta_specs
 from flashrt_ros.runtime.copyplan import CopyPlan, gather
 from flashrt_ros.runtime.store import CapsuleStore

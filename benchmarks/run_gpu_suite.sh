@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a CUDA GPU, in one go: the GPU tests, kernel and capsule benchmarks, the LLM benchmark.
 # Usage (from the repository root):
-#   flashrt_ros/benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra flashrt-bench args]
+#   benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra args of python -m benchmarks.llm]
 #   PHASES: comma-separated subset of tests,kernels,capsules,policies,smolvla,sessions,llm (default: tests,capsules,llm)
 #   smolvla: the SmolVLA GPU tests and benchmark (needs the LeRobot reference wheels, num2words included, in .whl/)
 #   FLASHRT_PHASE_TIMEOUT_S (default 600) bounds each phase, so one slow phase cannot eat the others'.
@@ -30,26 +30,26 @@ case ",$PHASES," in *,tests,*)
     test/test_triton_group_norm.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
 esac
 case ",$PHASES," in *,kernels,*)
-  python3 -m flashrt_ros.benchmarks.kernel_attention --short 2>&1 | tee "$OUT/kernel_attention_short.txt" ;;
+  python3 -m benchmarks.kernel_attention --short 2>&1 | tee "$OUT/kernel_attention_short.txt" ;;
 esac
 case ",$PHASES," in *,capsules,*)
-  timeout "$PT" python3 -m flashrt_ros.benchmarks.capsules --out "$OUT/capsules.md" 2>&1 ;;
+  timeout "$PT" python3 -m benchmarks.capsules --out "$OUT/capsules.md" 2>&1 ;;
 esac
 case ",$PHASES," in *,policies,*)
-  timeout "$PT" python3 -m flashrt_ros.benchmarks.policies --out "$OUT/lerobot_policies_h200.md" \
+  timeout "$PT" python3 -m benchmarks.policies --out "$OUT/lerobot_policies_h200.md" \
     --png "$OUT/lerobot_policies_h200.png" --json "$OUT/lerobot_policies_h200.json" 2>&1 | tee "$OUT/policies_log.txt" ;;
 esac
 case ",$PHASES," in *,smolvla,*)
   timeout "$PT" python3 -m pytest -q -p no:cacheprovider -s test/test_smolvla_cuda.py 2>&1 | tee "$OUT/smolvla_gpu_tests.txt"
-  timeout "$PT" python3 -m flashrt_ros.benchmarks.smolvla --out "$OUT/smolvla_h200.md" --json "$OUT/smolvla_h200.json" \
+  timeout "$PT" python3 -m benchmarks.smolvla --out "$OUT/smolvla_h200.md" --json "$OUT/smolvla_h200.json" \
     2>&1 | tee "$OUT/smolvla_log.txt" ;;
 esac
 case ",$PHASES," in *,sessions,*)
   for model in random-hybrid-tiny random-llama-tiny; do
-    timeout "$PT" python3 -m flashrt_ros.benchmarks.sessions --model "$model" --positions 16 128 512 --reps 200 2>&1
+    timeout "$PT" python3 -m benchmarks.sessions --model "$model" --positions 16 128 512 --reps 200 2>&1
   done | tee "$OUT/sessions_h200.md" ;;
 esac
 case ",$PHASES," in *,llm,*)
-  timeout "$PT" python3 -m flashrt_ros.benchmarks.llm --device cuda --smollm2-random --time-budget-s "$BUDGET" --out "$OUT" "$@" 2>&1 \
+  timeout "$PT" python3 -m benchmarks.llm --device cuda --smollm2-random --time-budget-s "$BUDGET" --out "$OUT" "$@" 2>&1 \
     | tee "$OUT/llm_log.txt" ;;
 esac

@@ -1,4 +1,4 @@
-"""Markdown tables and the optional plot of a ``flashrt-bench`` run."""
+"""Markdown tables and the optional plot of a ``python -m benchmarks.llm`` run."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,7 +46,7 @@ def render(machine: dict[str, Any], models: list[dict[str, Any]], rows: list[dic
            notes: list[str]) -> str:
     """The whole report: machine, models, follow-up turn, identity, re-entry, decode, capsules, notes."""
     get: Callable[[dict, str], Any] = lambda r, k: r.get(k)
-    out = ["# LLM benchmark (`flashrt-bench`)", "", "## Machine", ""]
+    out = ["# LLM benchmark (`python -m benchmarks.llm`)", "", "## Machine", ""]
     out += [f"- {k}: {v}" for k, v in machine.items()]
     out += ["", "## Models", ""]
     for m in models:

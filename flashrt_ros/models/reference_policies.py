@@ -1,138 +1,23 @@
-"""Robot policies whose whole recurrent state lives in arena buffers.
+"""Two small reference policies whose whole recurrent state lives in arena buffers.
 
-Why: a policy capsule is only bit-exact if nothing that shapes the next action
-hides in a Python attribute. So a policy declares its state (hidden vectors,
-observation history, action-chunk queue, RNG counter) as ``BufferSpec``s and its
-``step`` reads and writes *only* those arena tensors, in place, with fixed
-shapes and no host synchronisation, so one step can be captured as a CUDA graph.
-
-Plugging in your own policy
----------------------------
-Subclass :class:`PolicyModule` and
-
-1. set ``obs_dim`` and ``act_dim`` (a policy reading more than one state
-   vector, or images, declares ``input_features()`` and overrides
-   ``step_observation`` instead of ``step``);
-2. return every piece of mutable state from ``state_specs()`` (names start with
-   ``"policy."``; shapes fixed; int64 for counters);
-3. in ``step(obs, arena)`` read the state through ``arena[name]`` and write it
-   back with in-place ops (``copy_``, ``add_``, ``index_copy_``); never
-   ``.item()``, ``.cpu()``, Python ``if`` on tensor values, or boolean-mask
-   indexing (they sync and break capture); choose with ``torch.where``;
-4. if a zeroed arena is not your cold state, override ``init_state(arena)``.
-5. a policy that plans chunks and then pops queued actions returns an
-   ``ActionQueue`` from ``action_queue()`` and takes ``replan`` in
-   ``step_observation``: the engine decides replan-or-pop on the host (no
-   device read per step) and runs one body (one captured graph) for each;
-   one whose replan stores the context its chunk is drawn from (a VLA's prefix
-   KV) also names it (``ActionQueue.redraw_context``) and implements
-   ``redraw_chunk``: the engine's ``redraw(seed)``, a third graph.
-
-Weights are ordinary ``nn.Module`` parameters: they are not state, they enter
-the engine fingerprint instead. See ``docs/policies.md``.
+Why: they exercise the capsule machinery on the two kinds of policy state a
+robot has, with random weights from a seed (they are not trained controllers):
+a recurrent hidden vector (``GRUPolicy``), and an observation ring, action
+chunks with temporal ensembling and a noise stream (``ChunkedTransformerPolicy``).
+Node parameter ``policy:=gru`` or ``policy:=transformer`` (``policy_factory``).
 """
 from __future__ import annotations
 
-import importlib
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.policy_features import STATE, FeatureSpec
+from flashrt_ros.models.policy_interface import RNG_SEED, PolicyModule
 from flashrt_ros.ops.counter_rng import normal as counter_normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
-
-STATE_PREFIX = "policy."
-#: The int64 scalar a policy with a noise stream keeps its seed in (``engine.capsules.reset(seed=...)`` writes it).
-RNG_SEED = "policy.rng.seed"
-
-
-@dataclass(frozen=True)
-class ActionQueue:
-    """How a chunking policy's queue fills: the engine keeps ``left`` as a host mirror.
-
-    A step replans when the queue is empty (``left == 0``): it predicts a chunk,
-    puts ``refill`` actions in the queue and pops the first; any other step
-    only pops. So after a step ``left`` is ``(refill if replanned else left) - 1``.
-
-    ``redraw_context``: for a policy whose replan stores what the chunk is drawn
-    from (a VLA's prefix KV), the arena scalar that is 0 until a replan stored
-    it; the policy then implements ``redraw_chunk`` and the engine offers
-    ``redraw(seed)``: a new noise draw of the chunk without the observation.
-    """
-
-    left: str       # int64 arena scalar: actions left in the queue
-    refill: int     # actions a replan (and a redraw) puts into the queue
-    pop_reads_observation: bool = True   # False: a pop ignores the observation (the engine skips its copy)
-    redraw_context: str | None = None    # int64 arena scalar, 0 while nothing can be redrawn; None: no redraw
-
-
-def pop_queue(queue: Tensor, left: Tensor) -> Tensor:
-    """The next queued action ``queue[n - left]``; ``left`` drops by one (device ops only, no sync).
-
-    The index is clamped into the queue so that a pop on an empty queue (which the
-    engine never runs; graph capture warms the body up on the cold state) reads in bounds.
-    """
-    n = queue.shape[0]
-    action = queue.index_select(0, (n - left).clamp(0, n - 1).view(1))[0]
-    left.sub_(1)
-    return action
-
-
-class PolicyModule(nn.Module):
-    """Contract every policy hosted by ``PolicyEngine`` fulfils (see module doc)."""
-
-    obs_dim: int
-    act_dim: int
-
-    @property
-    def action_dim(self) -> int:
-        """Length of the action vector each step returns."""
-        return self.act_dim
-
-    def input_features(self) -> dict[str, FeatureSpec]:
-        """The named inputs of one step (default: one state vector of ``obs_dim``)."""
-        return {STATE: FeatureSpec((self.obs_dim,), "state")}
-
-    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
-                         replan: bool | None = None) -> Tensor:
-        """One step from named inputs (shapes as ``input_features``); default: ``step`` on the state.
-
-        ``replan``: for a policy with an ``action_queue()``, whether this step plans a
-        new chunk (True) or pops the queue (False), decided by the engine; else None.
-        """
-        return self.step(observation[STATE], arena)
-
-    def action_queue(self) -> ActionQueue | None:
-        """The queue the engine decides replan-or-pop from, or None (every step runs one body)."""
-        return None
-
-    def redraw_chunk(self, arena: StateArena) -> None:
-        """Refill the queue with the first chunk of the noise stream in ``policy.rng.seed`` over the
-        context the last replan stored (no observation; device ops only: one captured graph).
-        Only for an ``action_queue()`` with ``redraw_context``."""
-        raise NotImplementedError
-
-    def state_specs(self) -> list[BufferSpec]:
-        """Every mutable state buffer, names prefixed ``policy.``."""
-        raise NotImplementedError
-
-    def init_state(self, arena: StateArena) -> None:
-        """Write the cold-start state into a freshly zeroed arena (default: zeros)."""
-
-    def step(self, obs: Tensor, arena: StateArena) -> Tensor:
-        """Map one observation ``[obs_dim]`` to one action ``[act_dim]``, updating state in place."""
-        raise NotImplementedError
-
-    def config(self) -> dict:
-        """Hyper-parameters that define the architecture (enters the fingerprint)."""
-        cfg = getattr(self, "cfg", None)
-        return asdict(cfg) if cfg is not None else {}
-
 
 # --- (a) GRU policy -----------------------------------------------------------
 
@@ -324,36 +209,3 @@ class ChunkedTransformerPolicy(PolicyModule):
         last_step = int(arena[self.RING_INDEX].item()) - 1
         start = last_step - int(arena[self.QUEUE_STEP][slot].item()) + 1
         return arena[self.QUEUE][slot, start:].clone()
-
-
-# --- lookup by name (node parameter ``policy``) ----------------------------------
-
-REFERENCE_POLICIES = {"gru": GRUPolicy, "transformer": ChunkedTransformerPolicy}
-
-
-LEROBOT_PREFIX = "lerobot:"
-
-
-def make_policy(spec: str, dtype: torch.dtype = torch.float32) -> PolicyModule:
-    """``'gru'``, ``'transformer'``, ``'lerobot:<checkpoint dir>'`` (ACT, Diffusion Policy), or
-    ``'package.module:factory'`` (a callable returning a PolicyModule).
-
-    ``dtype`` applies to LeRobot checkpoints (float32, bfloat16, float16); the others are float32.
-    """
-    if spec in REFERENCE_POLICIES:
-        return REFERENCE_POLICIES[spec]()
-    if spec.startswith(LEROBOT_PREFIX):
-        from flashrt_ros.models.lerobot import load_lerobot_policy
-        return load_lerobot_policy(spec[len(LEROBOT_PREFIX):], dtype=dtype)
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise InvalidArgument(f"policy {spec!r}: use one of {sorted(REFERENCE_POLICIES)}, "
-                              "'lerobot:<checkpoint dir>' or 'package.module:factory'")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidArgument(f"policy {spec!r}: cannot import: {exc}") from exc
-    policy = factory()
-    if not isinstance(policy, PolicyModule):
-        raise InvalidArgument(f"policy {spec!r} returned {type(policy).__name__}, not a PolicyModule")
-    return policy

@@ -24,8 +24,8 @@ cameras at 256x256 (padded to 512 as SmolVLA does), a 6-D state and action
   every layer, queue, noise, instruction) vs a device-to-device copy of the
   same live bytes (median).
 
-    python -m flashrt_ros.benchmarks.smolvla --out docs/benchmarks/smolvla_h200.md --json docs/benchmarks/smolvla_h200.json
-    python -m flashrt_ros.benchmarks.smolvla --smoke       # CI sizes, CPU allowed: checks the script runs
+    python -m benchmarks.smolvla --out docs/benchmarks/smolvla_h200.md --json docs/benchmarks/smolvla_h200.json
+    python -m benchmarks.smolvla --smoke       # CI sizes, CPU allowed: checks the script runs
 """
 from __future__ import annotations
 
@@ -39,12 +39,12 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
-from flashrt_ros.benchmarks.policies import (alternate, capsule_times, machine, observation_variants,  # noqa: E402
+from benchmarks.policies import (alternate, capsule_times, machine, observation_variants,  # noqa: E402
                                              table_lines, table_rows)
-from flashrt_ros.benchmarks.timing import sync  # noqa: E402
+from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
 from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402

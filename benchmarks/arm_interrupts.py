@@ -1,6 +1,6 @@
 """What capsule restore buys a trained policy after an interrupt: success rates on the MuJoCo arm.
 
-    python -m flashrt_ros.benchmarks.arm_interrupts --episodes 50 --out docs/benchmarks
+    python -m benchmarks.arm_interrupts --episodes 50 --out docs/benchmarks
 
 For each trained checkpoint (default: the committed ACT and Diffusion Policy in
 ``flashrt_ros/sim/checkpoints/``) and each cell below, ``--episodes`` seeded
@@ -44,7 +44,8 @@ import numpy as np
 import torch
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.models.policies import RNG_SEED, make_policy
+from flashrt_ros.models.policy_factory import make_policy
+from flashrt_ros.models.policy_interface import RNG_SEED
 from flashrt_ros.models.policy_features import ENV_STATE, STATE
 from flashrt_ros.sim.arm import ArmConfig, ArmSim
 from flashrt_ros.sim.arm_policy import TRAINED as POLICIES

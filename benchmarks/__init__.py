@@ -1,7 +1,12 @@
-"""Every benchmark of the project, in one package (run each as ``python -m flashrt_ros.benchmarks.<name>``).
+"""Every benchmark of the project, in one package beside (not inside) the library.
+
+Why outside ``flashrt_ros``: a robot installs the runtime, not its measurements,
+so neither the wheel nor the colcon install holds this folder. Run each from a checkout (the repository
+root, with ``flashrt_ros`` importable: ``scripts/setup.sh`` or a sourced colcon
+workspace) as ``python -m benchmarks.<name>``.
 
 Commands:
-- ``llm`` (console script ``flashrt-bench``): the follow-up turn from a capsule vs a
+- ``llm``: the follow-up turn from a capsule vs a
   cold prefill, re-entry, decode and capsule verbs, ours vs transformers;
   writes ``docs/benchmarks/llm.md``.
 - ``capsules``: capsule verbs alone on synthetic arenas (device / host / disk tiers).

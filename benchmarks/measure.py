@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from flashrt_ros.benchmarks.timing import copy_floor_ms, event_ms, median_event_ms, sync, wall_ms
+from benchmarks.timing import copy_floor_ms, event_ms, median_event_ms, sync, wall_ms
 from flashrt_ros.engine.config import StoreConfig
 from flashrt_ros.engine.graphs import chunk_lengths
 from flashrt_ros.engine.llm_engine import LLMEngine

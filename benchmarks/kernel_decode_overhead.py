@@ -2,12 +2,12 @@
 
 Builds the hybrid 0.81B benchmark model (random weights, bf16), prefills 2048
 tokens, then times (medians of 50):
-  - ``decode_step``: the engine's whole step, as ``flashrt-bench`` column (d);
+  - ``decode_step``: the engine's whole step, as ``benchmarks.llm`` column (d);
   - the decode graph's replay alone (CUDA events: device time of the step's kernels);
   - replay plus the host read of the token (what any engine must do per token).
 The differences are the engine's host work per step (gate, ring record, commit)
 and the launch gaps inside the graph. Run on a GPU:
-``python -m flashrt_ros.benchmarks.kernel_decode_overhead``.
+``python -m benchmarks.kernel_decode_overhead``.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
-from flashrt_ros.benchmarks.models import build_hybrid
-from flashrt_ros.benchmarks.timing import median_event_ms
-from flashrt_ros.benchmarks.measure import prompt_ids
+from benchmarks.gpu_args import gpu_benchmark_args
+from benchmarks.models import build_hybrid
+from benchmarks.timing import median_event_ms
+from benchmarks.measure import prompt_ids
 from flashrt_ros.engine.llm_engine import LLMEngine
 from flashrt_ros.engine.state import PENDING
 from flashrt_ros.models.tokenizer import ByteTokenizer
@@ -36,7 +36,7 @@ def _wall(fn) -> float:
 
 
 def main() -> None:
-    gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_decode_overhead")
+    gpu_benchmark_args(__doc__, "python -m benchmarks.kernel_decode_overhead")
     pair = build_hybrid(torch.device("cuda"), torch.bfloat16, 0, quick=False)
     eng = LLMEngine(pair.ours, ByteTokenizer(), max_context=2048 + 3 * REPS + 64, device="cuda",
                     prefill_chunk=2048, cuda_graphs=True)

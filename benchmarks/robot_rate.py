@@ -16,8 +16,8 @@ Measured over a window after warm-up:
 * the policy step time the node reports (``step_p50_ms`` / ``step_p99_ms``) and
   the machine's load average and core count.
 
-    python -m flashrt_ros.benchmarks.robot_rate                        # builds a 2-camera ACT (needs LeRobot)
-    python -m flashrt_ros.benchmarks.robot_rate --checkpoint DIR --rate 15 --seconds 60
+    python -m benchmarks.robot_rate                        # builds a 2-camera ACT (needs LeRobot)
+    python -m benchmarks.robot_rate --checkpoint DIR --rate 15 --seconds 60
 
 Without ``--checkpoint`` the ACT is built with LeRobot's own classes and
 seeded random weights (``benchmarks.policies.make_checkpoint``; the test-time
@@ -38,14 +38,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CAMERAS = ("observation.images.top", "observation.images.wrist")
 
 
 def build_act(directory: Path, policy_hw: tuple[int, int], dim_model: int, smoke: bool = False) -> None:
     """A two-camera ACT (14 joints, ALOHA-like) saved with LeRobot's save_pretrained
     (``smoke``: the tiny shapes of ``policies --smoke``, to check the script runs)."""
-    from flashrt_ros.benchmarks.policies import make_checkpoint
+    from benchmarks.policies import make_checkpoint
     if smoke:
         make_checkpoint("act", directory, "smoke", cameras=CAMERAS, hw=policy_hw)
     else:

@@ -6,7 +6,7 @@ in one run (``--variants``), so a change is kept only if it pays. Diffusion's
 weight floor (the bytes of its networks read once per denoising step, at the
 copy bandwidth measured here) is the bound a replan is compared with.
 
-    python -m flashrt_ros.benchmarks.policy_profile --json OUT.json          # on a GPU
+    python -m benchmarks.policy_profile --json OUT.json          # on a GPU
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from flashrt_ros.benchmarks.policies import make_checkpoint
-from flashrt_ros.benchmarks.timing import copy_bandwidth, median_event_ms
+from benchmarks.policies import make_checkpoint
+from benchmarks.timing import copy_bandwidth, median_event_ms
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.lerobot import load_lerobot_policy
 from flashrt_ros.models.lerobot.diffusion import gemm_conv1d

@@ -7,8 +7,8 @@ both hold ``--positions`` tokens of transcript, against a flat copy of the same
 live bytes (the floor: a switch moves them twice). Park tier: the store's
 default (``--tier``).
 
-    python -m flashrt_ros.benchmarks.sessions --cpu                 # random-llama-tiny on CPU
-    python -m flashrt_ros.benchmarks.sessions --model smollm2 --positions 128 1024
+    python -m benchmarks.sessions --cpu                 # random-llama-tiny on CPU
+    python -m benchmarks.sessions --model smollm2 --positions 128 1024
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from flashrt_ros.benchmarks.timing import copy_floor_ms, event_ms
+from benchmarks.timing import copy_floor_ms, event_ms
 from flashrt_ros.engine.config import StoreConfig
 from flashrt_ros.engine.llm_engine import LLMEngine
 from flashrt_ros.engine.stats import percentile

@@ -19,10 +19,10 @@ queue pops apart (p50 / p99), and the fraction of steps over a 20 ms (50 Hz) per
   device-to-device copy of the same bytes, each timed host-side with a
   synchronisation (median).
 
-    python -m flashrt_ros.benchmarks.policies --out docs/benchmarks/lerobot_policies_h200.md \
+    python -m benchmarks.policies --out docs/benchmarks/lerobot_policies_h200.md \
         --png docs/benchmarks/lerobot_policies_h200.png --json docs/benchmarks/lerobot_policies_h200.json
-    python -m flashrt_ros.benchmarks.policies --size cpu --episodes 2   # this CPU, a smaller UNet and camera
-    python -m flashrt_ros.benchmarks.policies --size smoke              # tiny shapes: checks the script runs
+    python -m benchmarks.policies --size cpu --episodes 2   # this CPU, a smaller UNet and camera
+    python -m benchmarks.policies --size smoke              # tiny shapes: checks the script runs
 """
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
-from flashrt_ros.benchmarks.timing import sync  # noqa: E402
+from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
 from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 

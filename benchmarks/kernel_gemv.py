@@ -2,15 +2,15 @@
 
 Prints a table (median of CUDA-graph replays of 20 back-to-back products, so launch
 gaps are small), the achieved read bandwidth and the ratio. Run on a GPU:
-    python -m flashrt_ros.benchmarks.kernel_gemv
+    python -m benchmarks.kernel_gemv
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
-from flashrt_ros.benchmarks.timing import graph_ms
+from benchmarks.gpu_args import gpu_benchmark_args
+from benchmarks.timing import graph_ms
 from flashrt_ros.ops.triton.gemv import gemv, gemv_config
 
 SHAPES = {  # (out N, in K): hybrid 0.81B and SmolLM2-135M decode projections
@@ -22,7 +22,7 @@ SHAPES = {  # (out N, in K): hybrid 0.81B and SmolLM2-135M decode projections
 
 
 def main() -> None:
-    gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_gemv")
+    gpu_benchmark_args(__doc__, "python -m benchmarks.kernel_gemv")
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| shape | N x K | cuBLAS us | GB/s | triton us | GB/s | triton/cuBLAS | max rel err |")
     print("|---|---|---|---|---|---|---|---|")

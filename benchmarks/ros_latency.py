@@ -1,6 +1,6 @@
 """Round-trip latency of capsule services through DDS on loopback (node in a subprocess).
 
-Usage: python -m flashrt_ros.benchmarks.ros_latency [--model smollm2] [--calls 200]
+Usage: python -m benchmarks.ros_latency [--model smollm2] [--calls 200]
 Prints a markdown table: p50/p99 of the client-observed round trip and of the engine-side time,
 for restore and snapshot, with the machine, the executors and the machine's load named.
 Goal (issue 14): restore p50 <= 2 ms, p99 <= 5 ms for SmolLM2's state on CPU.
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:

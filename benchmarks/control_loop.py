@@ -5,7 +5,7 @@ behaviour (a PD expert drives the simulated arm and the policy is fed its
 observations), then restore the capsule and the world state, and resume.
 After each restore the live arena is compared byte-for-byte with the capsule.
 
-    python -m flashrt_ros.benchmarks.control_loop [--seconds 10] [--device cpu|cuda] [--cuda-graph] [--threads 1]
+    python -m benchmarks.control_loop [--seconds 10] [--device cpu|cuda] [--cuda-graph] [--threads 1]
 
 No ROS needed. Timings are wall-clock on whatever machine runs it (printed).
 """
@@ -19,7 +19,8 @@ import torch
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.stats import percentile
-from flashrt_ros.models.policies import ChunkedTransformerPolicy, GRUPolicy, PolicyModule
+from flashrt_ros.models.policy_interface import PolicyModule
+from flashrt_ros.models.reference_policies import ChunkedTransformerPolicy, GRUPolicy
 from flashrt_ros.sim import ReachingTask
 
 POLICIES = {"gru": GRUPolicy, "transformer": ChunkedTransformerPolicy}

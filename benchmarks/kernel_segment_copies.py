@@ -4,14 +4,14 @@ A capsule of an attention model is one segment per KV buffer (each live only up
 to the position), so a snapshot or restore is N copies of total size B. This
 prints, for a few (N, B), the median time of: one flat copy of B bytes (the
 floor), ``torch._foreach_copy_`` over the N segments, and a loop of ``copy_``
-(CUDA events, median of 50). Run on a GPU: ``python -m flashrt_ros.benchmarks.kernel_segment_copies``.
+(CUDA events, median of 50). Run on a GPU: ``python -m benchmarks.kernel_segment_copies``.
 """
 from __future__ import annotations
 
 import torch
 
-from flashrt_ros.benchmarks.gpu_args import gpu_benchmark_args
-from flashrt_ros.benchmarks.timing import median_event_ms
+from benchmarks.gpu_args import gpu_benchmark_args
+from benchmarks.timing import median_event_ms
 
 
 def _ms(fn) -> float:
@@ -19,7 +19,7 @@ def _ms(fn) -> float:
 
 
 def main() -> None:
-    gpu_benchmark_args(__doc__, "python -m flashrt_ros.benchmarks.kernel_segment_copies")
+    gpu_benchmark_args(__doc__, "python -m benchmarks.kernel_segment_copies")
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| segments | MiB | flat copy ms | foreach ms | copy_ loop ms | foreach/flat | loop/flat |")
     print("|---|---|---|---|---|---|---|")
