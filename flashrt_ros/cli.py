@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import functools
 import os
 import re
 import sys
 from typing import Any, Sequence
+
+from flashrt_ros.ros.service_verbs import VERBS, ServiceVerb
+
+#: capsule verbs by their sub-command (``close-session``)
+BY_COMMAND = {verb.command: verb for verb in VERBS}
 
 #: Exit status of every command (also printed by --help).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
@@ -60,37 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("-p", "--param", action="append", default=[], metavar="NAME:=VALUE",
                    help="extra parameter, as in --ros-args -p")
 
-    s = sub.add_parser("snapshot", help="snapshot the live state into a capsule")
-    s.add_argument("name")
-    s.add_argument("--tier", default="", choices=("", "device", "host", "disk"))
-    s.add_argument("--session", default="")
-    s.add_argument("--pin", action="store_true")
-    s.add_argument("--overwrite", action="store_true")
-    s = sub.add_parser("restore", help="restore a capsule into the live state")
-    s.add_argument("name")
-    s.add_argument("--verify", action="store_true", help="re-hash the capsule first")
-    s = sub.add_parser("fork", help="copy a capsule into a new one")
-    s.add_argument("source")
-    s.add_argument("name")
-    s.add_argument("--tier", default="", choices=("", "device", "host", "disk"))
-    s = sub.add_parser("rollback", help="go back N committed boundaries")
-    s.add_argument("steps", type=int)
-    for verb, text in (("drop", "delete a capsule"), ("save", "write a capsule to disk"),
-                       ("load", "read a capsule from the capsule directory"),
-                       ("pin", "keep a capsule where it is (no demotion, no drop)"),
-                       ("unpin", "let budgets demote a capsule again")):
-        sub.add_parser(verb, help=text).add_argument("name")
-    sub.add_parser("close-session", help="forget a parked session and free its state").add_argument("session")
-    sub.add_parser("switch-session", help="park the current session and make SESSION live "
-                                          "(a new name starts empty)").add_argument("session")
-    s = sub.add_parser("verify", help="re-hash a capsule (and compare with the live state)")
-    s.add_argument("name")
-    s.add_argument("--live", action="store_true", help="also compare with the live state")
-    s = sub.add_parser("list", help="list capsules")
-    s.add_argument("--session", default="")
-    for verb, text in (("reset", "reset the engine state (capsules stay)"),
-                       ("pause", "pause the policy loop"), ("resume", "resume the policy loop")):
-        sub.add_parser(verb, help=text)
+    for verb in VERBS:
+        _add_verb_command(sub, verb)
     s = sub.add_parser("generate", help="generate text (streams tokens)")
     s.add_argument("prompt")
     s.add_argument("--max-new-tokens", type=int, default=0)
@@ -156,6 +131,37 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--model", default="smollm2")
     s.add_argument("--tokens", type=int, default=24, help="tokens per generation")
     return p
+
+
+def _add_verb_command(sub: Any, verb: ServiceVerb) -> None:
+    """A capsule verb's sub-command, from its declaration: positional fields as arguments, the
+    others as options (a bool one as a switch)."""
+    s = sub.add_parser(verb.command, help=verb.summary)
+    for f in verb.fields:
+        if f.positional:
+            s.add_argument(f.name, type=f.kind if f.kind in (int, float) else None, help=f.doc)
+        elif f.kind is bool:
+            s.add_argument(f"--{f.cli_dest.replace('_', '-')}", dest=f.cli_dest, action="store_true", help=f.doc)
+        else:
+            s.add_argument(f"--{f.cli_dest.replace('_', '-')}", dest=f.cli_dest, type=f.kind, default=f.default,
+                           choices=f.choices or None, help=f.doc)
+
+
+def verb_usage(verb: ServiceVerb) -> str:
+    """``flashrt snapshot NAME [--tier TIER] [--session SESSION] [--pin] [--overwrite]``."""
+    words = [f"flashrt {verb.command}"] + [f.name.upper() for f in verb.fields if f.positional]
+    for f in verb.fields:
+        if not f.positional:
+            flag = "--" + f.cli_dest.replace("_", "-")
+            words.append(f"[{flag}]" if f.kind is bool else f"[{flag} {f.cli_dest.upper()}]")
+    return " ".join(words)
+
+
+def verb_commands_markdown() -> str:
+    """The capsule commands' table of docs/cli.md (generated; a test keeps the doc current)."""
+    rows = ["| command | service | what |", "| --- | --- | --- |"]
+    rows += [f"| `{verb_usage(v)}` | `~/{v.name}` | {v.summary} |" for v in VERBS]
+    return "\n".join(rows) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -266,52 +272,40 @@ def cli_hint(message: str, args: argparse.Namespace) -> str:
 
 
 def _dispatch(args: argparse.Namespace, client: Any) -> int:
-    t = args.timeout
-    c = args.command
-    # --timeout bounds finding the node as well as the answer.
-    call = functools.partial(client.call, timeout_s=t, wait_s=t)
-    if c == "snapshot":
-        r = call("snapshot", name=args.name, tier=args.tier, session=args.session,
-                 pin=args.pin, overwrite=args.overwrite)
-    elif c == "restore":
-        r = call("restore", name=args.name, verify=args.verify)
-    elif c == "fork":
-        r = call("fork", source=args.source, name=args.name, tier=args.tier)
-    elif c == "rollback":
-        if args.steps < 1:
-            print("error: steps must be >= 1", file=sys.stderr)
-            return EXIT_USAGE
-        r = call("rollback", steps=args.steps)
-    elif c in ("drop", "save", "load", "pin", "unpin"):
-        r = call(c, name=args.name)
-    elif c in ("close-session", "switch-session"):
-        r = call(c.replace("-", "_"), session=args.session)
-    elif c == "verify":
-        r = call("verify", name=args.name, against_live=args.live)
-    elif c == "list":
-        r = call("list", session=args.session)
-        print(format_capsule_table(r.capsules))
-        print(f"tiers: device {r.device_bytes} B, host {r.host_bytes} B, disk {r.disk_bytes} B")
-        return EXIT_OK
-    elif c in ("reset", "pause", "resume"):
-        r = call(c)
-    elif c == "generate":
-        return _generate(args, client)
-    elif c == "status":
-        return _status(args, client)
-    elif c == "run-policy":
-        return _run_policy(args, client)
-    elif c == "param":
-        return _param(args, client)
-    elif c == "cancel":
-        return _cancel(args, client)
-    elif c == "goals":
-        return _goals(args, client)
-    else:  # pragma: no cover - argparse prevents it
+    verb = BY_COMMAND.get(args.command)
+    if verb is not None:
+        return _call_verb(verb, args, client)
+    command = {"generate": _generate, "status": _status, "run-policy": _run_policy, "param": _param,
+               "cancel": _cancel, "goals": _goals}.get(args.command)
+    if command is None:  # pragma: no cover - argparse prevents it
         return EXIT_USAGE
+    return command(args, client)
+
+
+def _call_verb(verb: ServiceVerb, args: argparse.Namespace, client: Any) -> int:
+    """Call a capsule verb with the command line's fields; print its answer."""
+    fields = {f.name: getattr(args, f.cli_dest) for f in verb.fields}
+    refused = next(filter(None, (f.below_minimum(fields[f.name]) for f in verb.fields)), None)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return EXIT_USAGE
+    # --timeout bounds finding the node as well as the answer.
+    r = client.call(verb.name, timeout_s=args.timeout, wait_s=args.timeout, **fields)
+    if verb.name in _VERB_OUTPUT:
+        print(_VERB_OUTPUT[verb.name](r))
+        return EXIT_OK
     latency = getattr(r, "engine_latency_ms", None)
     print(r.message + (f"  [{latency:.3f} ms in engine]" if latency is not None else ""))
     return EXIT_OK
+
+
+def _capsule_list(response: Any) -> str:
+    return (format_capsule_table(response.capsules) + "\n"
+            + f"tiers: device {response.device_bytes} B, host {response.host_bytes} B, disk {response.disk_bytes} B")
+
+
+#: verbs whose answer is printed as more than its message
+_VERB_OUTPUT = {"list": _capsule_list}
 
 
 def _generate(args: argparse.Namespace, client: Any) -> int:

@@ -61,42 +61,24 @@ from flashrt_ros.action import Generate, RunPolicy
 from flashrt_ros.goal_lease import DEFAULT_LEASE_S, LeaseRenewer, goal_key
 from flashrt_ros.ros.action_client import RaceFreeActionClient
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
-from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
-                             Snapshot, SwitchSession, Unpin, Verify)
+from flashrt_ros.ros.service_verbs import BY_NAME, VERBS
 from rcl_interfaces.srv import SetParameters
-from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
 #: A goal's status once it has ended (its result is then due).
 GOAL_ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
 
-#: verb -> (service type, service name relative to the node's namespace)
+#: verb -> (service type, service name relative to the node's namespace): every capsule verb of
+#: ``ros/service_verbs.py``, and the node's own parameter service (rclpy's), for behaviour trees
+#: (SetParameter); its answers have results[] instead of success (bt/requests.py reads both)
 SERVICES: dict[str, tuple[type, str]] = {
-    "snapshot": (Snapshot, "snapshot"),
-    "restore": (Restore, "restore"),
-    "fork": (Fork, "fork"),
-    "rollback": (Rollback, "rollback"),
-    "drop": (Drop, "drop"),
-    "list": (ListCapsules, "list"),
-    "save": (Save, "save"),
-    "load": (Load, "load"),
-    "verify": (Verify, "verify"),
-    "pin": (Pin, "pin"),
-    "unpin": (Unpin, "unpin"),
-    "close_session": (CloseSession, "close_session"),
-    "switch_session": (SwitchSession, "switch_session"),
-    "pause": (Trigger, "pause"),
-    "resume": (Trigger, "resume"),
-    "reset": (Trigger, "reset"),
-    # the node's own parameter service (rclpy's), for behaviour trees (SetParameter); answers have
-    # results[] instead of success (bt/requests.py reads both)
+    **{verb.name: (verb.srv, verb.name) for verb in VERBS},
     "set_parameters": (SetParameters, "set_parameters"),
 }
 
 
 #: Verbs a lost reply may be re-sent for (see the module docstring); ``snapshot`` only with overwrite.
-RETRY_SAFE_VERBS = frozenset({"list", "verify", "pin", "unpin", "save", "pause", "resume", "restore",
-                              "reset", "switch_session", "set_parameters"})
+RETRY_SAFE_VERBS = frozenset({verb.name for verb in VERBS if verb.retry_safe} | {"set_parameters"})
 #: How long one attempt waits for its reply before a retry-safe request is sent again (doubling).
 FIRST_ATTEMPT_S = 2.0
 #: How long a goal listed by the node's status may wait for its acceptance reply before the client
@@ -112,7 +94,7 @@ TIMEOUT_CODE = 13
 
 def retry_safe(verb: str, fields: dict[str, Any]) -> bool:
     """Whether re-sending ``verb`` after a lost reply is safe (see the module docstring)."""
-    return verb in RETRY_SAFE_VERBS or (verb == "snapshot" and bool(fields.get("overwrite")))
+    return verb in RETRY_SAFE_VERBS or (verb in BY_NAME and BY_NAME[verb].is_retry_safe(fields))
 
 
 def resend_times(timeout_s: float, first_s: float = FIRST_ATTEMPT_S) -> list[float]:

@@ -2,14 +2,12 @@
 
 ``flashrt_ros.bt`` is the py_trees front-end; ``flashrt_ros.bt.btcpp`` registers the
 same verbs as BehaviorTree.CPP v4 nodes (through ``behaviortreepy``). Both run on the
-request/response core in ``flashrt_ros.bt.requests``.
+request/response core in ``flashrt_ros.bt.requests``. The capsule verbs' behaviours
+(``Snapshot``, ``Restore``, ``Fork``, ``Drop``, ``Rollback``, ``Reset``, ``SwitchSession``,
+``PausePolicy``, ``ResumePolicy``) are made from ``flashrt_ros/ros/service_verbs.py``.
 """
-from flashrt_ros.bt.behaviours import (Drop, Fork, Generate, GoalBehaviour, InputsFresh, IsPolicyPaused, PausePolicy,
-                                       PolicyPaused, Reset, Restore, ResumePolicy, Rollback, RunPolicy,
-                                       ServiceBehaviour, Snapshot, StatusCondition, SwitchSession)
+from flashrt_ros.bt import behaviours
+from flashrt_ros.bt.behaviours import *  # noqa: F401,F403 - every name in behaviours.__all__ (verb classes are made there)
 from flashrt_ros.bt.requests import DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Drop", "Fork", "Generate", "GoalBehaviour", "GoalRequest", "InputsFresh",
-           "IsPolicyPaused", "PausePolicy", "PolicyPaused", "Progress", "Reset", "Restore", "ResumePolicy",
-           "Rollback", "RunPolicy", "ServiceBehaviour", "ServiceRequest", "Snapshot", "StatusCondition",
-           "SwitchSession"]
+__all__ = sorted(["DEFAULT_TIMEOUT_S", "GoalRequest", "Progress", "ServiceRequest", *behaviours.__all__])

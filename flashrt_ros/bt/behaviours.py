@@ -1,5 +1,9 @@
 """py_trees behaviours for a flashrt node: every capsule verb, RunPolicy, Generate, a pause guard.
 
+The capsule verbs' classes (``Snapshot``, ``Restore``, ...) are made from their declarations in
+``ros/service_verbs.py`` by ``verb_behaviour``: one generic ``ServiceBehaviour``, each verb a table
+entry there (its node ID, fields and defaults, as the BehaviorTree.CPP node has them).
+
 The rules (never block a tick, check ``success``, a lost reply ends in TIMEOUT
 and is re-sent only where that is safe, halt = cancel at a committed boundary)
 live in ``flashrt_ros.bt.requests``, shared with the BehaviorTree.CPP nodes;
@@ -19,6 +23,7 @@ between ticks) as ``examples/`` shows.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Iterator
 
 import py_trees
@@ -26,6 +31,7 @@ from py_trees.common import Status
 
 from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest, StepBudget,
                                      check_status, run_policy_fields, status_watch)
+from flashrt_ros.ros.service_verbs import VERBS, ServiceVerb
 
 _STATUS = {Progress.RUNNING: Status.RUNNING, Progress.SUCCESS: Status.SUCCESS, Progress.FAILURE: Status.FAILURE}
 
@@ -38,13 +44,14 @@ class ServiceBehaviour(py_trees.behaviour.Behaviour):
     def __init__(self, name: str, client: Any, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         super().__init__(name)
         self.client, self.timeout_s = client, timeout_s
+        self.fields: dict[str, Any] = {}
         self.request: ServiceRequest | None = None
         self.response: Any = None
         self.error_code = 0
 
     def request_fields(self) -> dict[str, Any]:
         """The request's fields, read when the request is sent (override to read a blackboard)."""
-        return {}
+        return dict(self.fields)
 
     def initialise(self) -> None:
         self.request, self.response, self.error_code = None, None, 0
@@ -66,103 +73,47 @@ class ServiceBehaviour(py_trees.behaviour.Behaviour):
             self.feedback_message = f"{self.verb}: interrupted, response abandoned"
 
 
-class Snapshot(ServiceBehaviour):
-    """Take capsule ``capsule`` of the node's state at its next boundary."""
+def verb_behaviour(verb: ServiceVerb) -> type[ServiceBehaviour]:
+    """A capsule verb's behaviour class, from its declaration (``ros/service_verbs.py``).
 
-    verb = "snapshot"
+    Named like its BehaviorTree.CPP node; its constructor is ``(name, client, <positional
+    fields>, *, <other fields>=<default>, timeout_s=DEFAULT_TIMEOUT_S)``, each field under its
+    port name (``Snapshot(name, client, capsule, *, tier="", session="", pin=False,
+    overwrite=False, timeout_s=15.0)``).
+    """
+    assert verb.tree is not None, f"{verb.name} declares no behaviour-tree node"
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("self", "name", "client")]
+    params += [inspect.Parameter(f.arg_name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+               for f in verb.fields if f.positional]
+    params += [inspect.Parameter(f.arg_name, kw, default=inspect.Parameter.empty if f.default is None else f.default)
+               for f in verb.fields if not f.positional]
+    params.append(inspect.Parameter("timeout_s", kw, default=DEFAULT_TIMEOUT_S))
+    signature = inspect.Signature(params)
 
-    def __init__(self, name: str, client: Any, capsule: str, *, tier: str = "", session: str = "",
-                 pin: bool = False, overwrite: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(name, client, timeout_s=timeout_s)
-        self.fields = dict(name=capsule, tier=tier, session=session, pin=pin, overwrite=overwrite)
+    def __init__(self: ServiceBehaviour, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments
+        ServiceBehaviour.__init__(self, given["name"], given["client"], timeout_s=given["timeout_s"])
+        self.fields = {f.name: given[f.arg_name] for f in verb.fields}
 
-    def request_fields(self) -> dict[str, Any]:
-        return dict(self.fields)
+    def request_fields(self: ServiceBehaviour) -> dict[str, Any]:
+        """The fields as given, numbers as the declared type (``steps=2.0`` is sent as 2)."""
+        return {f.name: f.kind(self.fields[f.name]) if f.kind in (int, float) else self.fields[f.name]
+                for f in verb.fields}
 
-
-class Restore(ServiceBehaviour):
-    """Restore capsule ``capsule`` into the live state (optionally re-hashing it first)."""
-
-    verb = "restore"
-
-    def __init__(self, name: str, client: Any, capsule: str, *, verify: bool = False,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(name, client, timeout_s=timeout_s)
-        self.fields = dict(name=capsule, verify=verify)
-
-    def request_fields(self) -> dict[str, Any]:
-        return dict(self.fields)
-
-
-class Fork(ServiceBehaviour):
-    """Copy capsule ``source`` to an independent capsule ``new_name``."""
-
-    verb = "fork"
-
-    def __init__(self, name: str, client: Any, source: str, new_name: str, *, tier: str = "",
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(name, client, timeout_s=timeout_s)
-        self.fields = dict(source=source, name=new_name, tier=tier)
-
-    def request_fields(self) -> dict[str, Any]:
-        return dict(self.fields)
+    __init__.__signature__ = signature                   # type: ignore[attr-defined] - help() shows it
+    return type(verb.tree.id, (ServiceBehaviour,), {
+        "__init__": __init__, "request_fields": request_fields, "__doc__": verb.tree.doc,
+        "__module__": __name__, "verb": verb.name})
 
 
-class Drop(ServiceBehaviour):
-    """Delete capsule ``capsule`` from every tier, disk files included."""
-
-    verb = "drop"
-
-    def __init__(self, name: str, client: Any, capsule: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(name, client, timeout_s=timeout_s)
-        self.capsule = capsule
-
-    def request_fields(self) -> dict[str, Any]:
-        return {"name": self.capsule}
-
-
-class Rollback(ServiceBehaviour):
-    """Undo the last ``steps`` committed boundaries."""
-
-    verb = "rollback"
-
-    def __init__(self, name: str, client: Any, steps: int, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(name, client, timeout_s=timeout_s)
-        self.steps = steps
-
-    def request_fields(self) -> dict[str, Any]:
-        return {"steps": int(self.steps)}
-
-
-class PausePolicy(ServiceBehaviour):
-    """Stop the policy loop at a boundary; its state stays exactly where it was."""
-
-    verb = "pause"
-
-
-class ResumePolicy(ServiceBehaviour):
-    """Restart the policy loop."""
-
-    verb = "resume"
-
-
-class Reset(ServiceBehaviour):
-    """Empty the current session's state (a new episode / conversation); capsules stay."""
-
-    verb = "reset"
-
-
-class SwitchSession(ServiceBehaviour):
-    """Park the current session and make ``session`` live (a new name starts empty)."""
-
-    verb = "switch_session"
-
-    def __init__(self, name: str, client: Any, session: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(name, client, timeout_s=timeout_s)
-        self.session = session
-
-    def request_fields(self) -> dict[str, Any]:
-        return {"session": self.session}
+#: One class per capsule verb that has a tree node: Snapshot, Restore, Fork, Drop, Rollback, Reset,
+#: SwitchSession, PausePolicy, ResumePolicy (and whatever ``service_verbs.VERBS`` adds).
+VERB_BEHAVIOURS: dict[str, type[ServiceBehaviour]] = {
+    verb.tree.id: verb_behaviour(verb) for verb in VERBS if verb.tree is not None}
+globals().update(VERB_BEHAVIOURS)
 
 
 class GoalBehaviour(py_trees.behaviour.Behaviour):
@@ -394,3 +345,7 @@ class PolicyPaused(py_trees.decorators.Decorator):
         elif self._phase == "resuming" and self._resume is not None:
             self._resume.halt()
 
+
+
+__all__ = ["GoalBehaviour", "Generate", "InputsFresh", "IsPolicyPaused", "PolicyPaused", "RunPolicy",
+           "ServiceBehaviour", "StatusCondition", "verb_behaviour", *VERB_BEHAVIOURS]

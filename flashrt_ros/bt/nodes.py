@@ -3,9 +3,12 @@
 Each ``NodeDef`` names a node as a BT.CPP XML tree writes it (``<Snapshot
 capsule="pre"/>``), its ports with the services' defaults, and how its port
 values become a request of ``flashrt_ros.bt.requests`` and how the answer fills
-its output ports. ``tree_nodes_model_xml()`` writes the ``<TreeNodesModel>``
-Groot2 loads; ``python -m flashrt_ros.bt.nodes`` prints it (the installed
-``trees/flashrt_nodes.xml`` is that output, checked by a test).
+its output ports. The capsule verbs' nodes are made from their declarations
+(``ros/service_verbs.py``, ``verb_node``: one generic service node, each verb a
+table entry there); the actions, conditions and topic nodes are written here.
+``tree_nodes_model_xml()`` writes the ``<TreeNodesModel>`` Groot2 loads;
+``python -m flashrt_ros.bt.nodes`` prints it (the installed ``trees/flashrt_nodes.xml``
+is that output, checked by a test).
 
 Every action node also has the output ports ``error_code``, ``error_name``
 and ``error_message``, by default the blackboard entries of the same names: the
@@ -27,6 +30,7 @@ from xml.sax.saxutils import escape, quoteattr
 from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, ServiceRequest, check_status, run_policy_fields,
                                      status_watch)
 from flashrt_ros.bt.topics import OPERATORS, compare, field_value
+from flashrt_ros.ros.service_verbs import VERBS, ServiceVerb
 
 _TYPE_NAMES = {str: "std::string", int: "int", float: "double", bool: "bool"}
 
@@ -105,60 +109,21 @@ _GOAL_TIMEOUTS = (
 )
 _ROLLBACK = Port("rollback_on_cancel", bool, False,
                  "on halt, restore the state the goal started from (the node parameter of the same name also does)")
-_POSITION = Port("position", int, "", "the capsule's / state's position (steps or tokens)", True)
 
 
-def _capsule_position(response: Any) -> dict[str, Any]:
-    return {"position": int(response.capsule.position)}
+def verb_node(verb: ServiceVerb) -> NodeDef:
+    """A capsule verb's node, from its declaration (``ros/service_verbs.py``): its request fields as
+    input ports (under their port names), then ``node`` and ``timeout_s``, then its outputs."""
+    tree = verb.tree
+    assert tree is not None, f"{verb.name} declares no behaviour-tree node"
+    ports = (tuple(Port(f.port_name, f.kind, f.default, f.doc) for f in verb.fields) + (NODE_PORT, _SERVICE_TIMEOUT)
+             + tuple(Port(o.name, o.kind, "", o.doc, True) for o in tree.outputs))
+    return NodeDef(tree.id, "Action", tree.doc, ports, verb=verb.name,
+                   start=_service(verb.name, lambda v: {f.name: v[f.port_name] for f in verb.fields}),
+                   outputs=lambda answer: {o.name: o.read(answer) for o in tree.outputs})
 
 
-NODES: tuple[NodeDef, ...] = (
-    NodeDef("Snapshot", "Action", "Copy the live state into capsule `capsule` at the next committed boundary.", (
-        Port("capsule", str, None, "capsule name"),
-        Port("tier", str, "", "device | host | disk (empty: the node's default_tier)"),
-        Port("session", str, "", "session tag (empty: the current session)"),
-        Port("pin", bool, False, "pin it (budgets never demote it)"),
-        Port("overwrite", bool, False, "replace an existing capsule of that name"),
-        NODE_PORT, _SERVICE_TIMEOUT, _POSITION),
-        verb="snapshot", start=_service("snapshot", lambda v: dict(
-            name=v["capsule"], tier=v["tier"], session=v["session"], pin=v["pin"], overwrite=v["overwrite"])),
-        outputs=_capsule_position),
-    NodeDef("Restore", "Action", "Copy capsule `capsule` back into the live state at the next committed boundary.", (
-        Port("capsule", str, None, "capsule name"),
-        Port("verify", bool, False, "re-hash the capsule first (refuse a damaged one)"),
-        NODE_PORT, _SERVICE_TIMEOUT, _POSITION),
-        verb="restore", start=_service("restore", lambda v: dict(name=v["capsule"], verify=v["verify"])),
-        outputs=_capsule_position),
-    NodeDef("Fork", "Action", "Copy capsule `source` into a new independent capsule `capsule` (store only).", (
-        Port("source", str, None, "existing capsule"),
-        Port("capsule", str, None, "new capsule name"),
-        Port("tier", str, "", "tier of the copy (empty: the node's default_tier)"),
-        NODE_PORT, _SERVICE_TIMEOUT, _POSITION),
-        verb="fork", start=_service("fork", lambda v: dict(source=v["source"], name=v["capsule"], tier=v["tier"])),
-        outputs=_capsule_position),
-    NodeDef("Drop", "Action", "Delete capsule `capsule` from every tier, disk files included (store only).", (
-        Port("capsule", str, None, "capsule name"),
-        NODE_PORT, _SERVICE_TIMEOUT),
-        verb="drop", start=_service("drop", lambda v: dict(name=v["capsule"]))),
-    NodeDef("Rollback", "Action", "Go back `steps` committed boundaries (at most the node's rollback_depth).", (
-        Port("steps", int, 1, "boundaries to undo (>= 1)"),
-        NODE_PORT, _SERVICE_TIMEOUT, _POSITION),
-        verb="rollback", start=_service("rollback", lambda v: dict(steps=v["steps"])),
-        outputs=lambda r: {"position": int(r.position)}),
-    NodeDef("Reset", "Action", "Empty the current session's state (a new episode or conversation); capsules stay.", (
-        NODE_PORT, _SERVICE_TIMEOUT,),
-        verb="reset", start=_service("reset", lambda v: {})),
-    NodeDef("SwitchSession", "Action", "Park the current session and make `session` live (a new name starts empty).", (
-        Port("session", str, None, "session to make live"),
-        NODE_PORT, _SERVICE_TIMEOUT,
-        Port("previous_session", str, "", "the session that was live before", True)),
-        verb="switch_session", start=_service("switch_session", lambda v: dict(session=v["session"])),
-        outputs=lambda r: {"previous_session": r.previous_session}),
-    NodeDef("PausePolicy", "Action", "Stop the policy loop at a boundary; its state stays exactly where it was.", (
-        NODE_PORT, _SERVICE_TIMEOUT,),
-        verb="pause", start=_service("pause", lambda v: {})),
-    NodeDef("ResumePolicy", "Action", "Restart the policy loop.", (NODE_PORT, _SERVICE_TIMEOUT,),
-            verb="resume", start=_service("resume", lambda v: {})),
+NODES: tuple[NodeDef, ...] = tuple(verb_node(verb) for verb in VERBS if verb.tree is not None) + (
     NodeDef("RunPolicy", "Action", "Run the policy for `max_steps` steps and/or `max_duration_s` seconds; "
             "halt cancels it between two steps.", (
                 Port("max_steps", int, 0, "stop after this many policy steps (0: no step limit)"),

@@ -12,13 +12,14 @@ Transitions (ros2/demos lifecycle_py style):
 - cleanup / shutdown: free the engine (weights, arena, capsules in memory).
 
 Services (always advertised; NOT_ACTIVE unless active), under ~/ (default
-/flashrt/...): snapshot restore fork rollback drop list save load verify pin
-unpin close_session switch_session, plus std_srvs/Trigger reset, pause, resume. Each calls the engine's
-capsule surface (``engine.capsules``, runtime/capsule_verbs.py). Those that
-touch the live state are executed at a committed boundary (between two steps),
-then answered; a request that waits longer than ``boundary_timeout_s`` for a
-boundary answers TIMEOUT and changes nothing. The store-only ones (fork, drop,
-list, save, load, pin, unpin, close_session, stored verify) never hold the engine. No exception
+/flashrt/...): one per verb of ``ros/service_verbs.py`` (snapshot restore fork
+rollback drop list save load verify pin unpin close_session switch_session,
+std_srvs/Trigger reset pause resume), each declared there once with the handler
+that calls the engine's capsule surface (``engine.capsules``,
+runtime/capsule_verbs.py). Those that touch the live state are executed at a
+committed boundary (between two steps), then answered; a request that waits
+longer than ``boundary_timeout_s`` for a boundary answers TIMEOUT and changes
+nothing. The store-only ones (``at_boundary=False``) never hold the engine. No exception
 ever crosses a service: the response carries success/error_code/message, every
 response is proven serializable before it is returned, and the executor loop
 (``spin_until_shutdown``) survives any exception, so the node keeps running.
@@ -55,25 +56,18 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
-from std_srvs.srv import Trigger
 
 from flashrt_ros.action import Generate
 from flashrt_ros.engine.sampling import SamplingParams
 from flashrt_ros.msg import EngineStatus, GoalHeartbeat
 from flashrt_ros.ros import conversions as conv
-from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary, tier_bytes
+from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary
 from flashrt_ros.ros.goals import GoalBook, RunningGoal, goal_id_hex
 from flashrt_ros.ros.parameters import PARAMS, NodeConfig, check_value, descriptor
 from flashrt_ros.ros.robot_io_params import declare_robot_io_parameters, read_robot_io_config
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
-from flashrt_ros.runtime.disk import capsule_path
+from flashrt_ros.ros.service_verbs import TIERS, VERBS, ServiceVerb, VerbContext
 from flashrt_ros.runtime.errors import Busy, ErrorCode, FlashRTError, InvalidArgument, LeaseExpired, NotActive
-from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
-                             Snapshot, SwitchSession, Unpin, Verify)
-
-
-#: Verbs that replace the live state (``PolicyIO.state_replaced`` then applies ``inputs_after_restore``).
-_REPLACE_STATE = frozenset({"restore", "reset", "rollback", "switch_session"})
 
 
 class FlashRTNode(LifecycleNode):
@@ -238,43 +232,37 @@ class FlashRTNode(LifecycleNode):
 
     # --- services -------------------------------------------------------
     def _create_state_services(self) -> None:
-        table: list[tuple[type, str, Callable[[Any, Any, Any], None]]] = [
-            (Snapshot, "snapshot", self._do_snapshot), (Restore, "restore", self._do_restore),
-            (Fork, "fork", self._do_fork), (Rollback, "rollback", self._do_rollback),
-            (Drop, "drop", self._do_drop), (ListCapsules, "list", self._do_list),
-            (Save, "save", self._do_save), (Load, "load", self._do_load),
-            (Verify, "verify", self._do_verify), (Pin, "pin", self._do_pin),
-            (Unpin, "unpin", self._do_unpin), (CloseSession, "close_session", self._do_close_session),
-            (SwitchSession, "switch_session", self._do_switch_session),
-            (Trigger, "reset", self._do_reset), (Trigger, "pause", self._do_pause),
-            (Trigger, "resume", self._do_resume),
-        ]
-        # Verbs that only touch the capsule store (and the disk) do not hold the engine: the
-        # store has its own lock, and a slow disk must not stall generation.
-        store_only = {"fork", "drop", "list", "save", "load", "verify", "pin", "unpin", "close_session"}
+        """One service per verb of ``service_verbs.VERBS``, served by ``_serve``."""
         self._state_services = [
-            self.create_service(srv, f"~/{name}", self._serve(name, handler, name not in store_only),
+            self.create_service(verb.srv, f"~/{verb.name}", self._serve(verb),
                                 qos_profile=SERVICE_QOS, callback_group=self._state_group)
-            for srv, name, handler in table]
+            for verb in VERBS]
 
-    def _serve(self, verb: str, handler: Callable[[Any, Any, Any], None], at_boundary_only: bool) -> Callable:
-        """Wrap a handler: lifecycle gate, boundary execution (engine verbs), errors as values."""
+    def _serve(self, verb: ServiceVerb) -> Callable:
+        """A verb's service callback: lifecycle gate, the declaration's checks, boundary execution
+        (verbs that touch the live state), errors as values.
+
+        Store-only verbs do not hold the engine: the store has its own lock, and a slow disk
+        must not stall generation."""
         def callback(request: Any, response: Any) -> Any:
             try:
-                capsules = self._require_active().capsules
+                engine = self._require_active()
+                verb.check_request(request, self._config.engine_kind)
+                context = VerbContext(capsules=engine.capsules, engine=engine, policy_io=self._policy_io,
+                                      boundary_timeout_s=self._config.boundary_timeout_s, tier=self._tier)
                 timing: dict[str, float] = {}
 
                 def at_boundary() -> None:
                     t0 = time.perf_counter()
                     try:
-                        handler(capsules, request, response)
+                        verb.serve(context, request, response)
                     finally:
                         timing["ms"] = (time.perf_counter() - t0) * 1e3
-                    if verb in _REPLACE_STATE and self._policy_io is not None:
+                    if verb.replaces_state and self._policy_io is not None:
                         self._policy_io.state_replaced()
 
-                if at_boundary_only:
-                    capsules.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
+                if verb.at_boundary:
+                    engine.capsules.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
                 else:
                     at_boundary()     # the capsule surface takes the boundary itself where it needs one
                 conv.fill_ok(response, response.message or "ok")
@@ -284,7 +272,7 @@ class FlashRTNode(LifecycleNode):
                 conv.fill_error(response, exc, self.get_logger())
             response = conv.sendable(response, self.get_logger())
             if not response.success:
-                self.get_logger().warning(f"{verb}: {response.message[:500]}")
+                self.get_logger().warning(f"{verb.name}: {response.message[:500]}")
             return response
         return callback
 
@@ -296,101 +284,9 @@ class FlashRTNode(LifecycleNode):
 
     def _tier(self, tier: str) -> str:
         tier = tier or str(self.get_parameter("default_tier").value)     # applied live
-        if tier not in ("device", "host", "disk"):
+        if tier not in TIERS:
             raise InvalidArgument(f"tier must be device, host or disk (got {tier!r})")
         return tier
-
-    def _do_snapshot(self, capsules: Any, req: Any, resp: Any) -> None:
-        capsule = capsules.snapshot(req.name, session=req.session, tier=self._tier(req.tier),
-                                    pinned=req.pin, overwrite=req.overwrite)
-        resp.capsule = conv.capsule_info(capsule)
-        resp.message = f"snapshot {capsule.name} at position {capsule.position} ({capsule.tier})"
-
-    def _do_restore(self, capsules: Any, req: Any, resp: Any) -> None:
-        capsule = capsules.restore(req.name, verify=req.verify)
-        resp.capsule = conv.capsule_info(capsule)
-        resp.message = f"restored {capsule.name}: position {capsule.position}"
-
-    def _do_fork(self, capsules: Any, req: Any, resp: Any) -> None:
-        capsule = capsules.fork(req.source, req.name, tier=self._tier(req.tier))
-        resp.capsule = conv.capsule_info(capsule)
-        resp.message = f"forked {req.source} -> {capsule.name}"
-
-    def _do_rollback(self, capsules: Any, req: Any, resp: Any) -> None:
-        if req.steps < 1:
-            raise InvalidArgument("steps must be >= 1")
-        resp.position = int(capsules.rollback(int(req.steps)))
-        resp.boundary_id = int(self._engine.status()["boundary"])
-        resp.message = f"rolled back {req.steps} boundaries to position {resp.position}"
-
-    def _do_drop(self, capsules: Any, req: Any, resp: Any) -> None:
-        capsules.drop(req.name)
-        resp.message = f"dropped {req.name}"
-
-    def _do_list(self, capsules: Any, req: Any, resp: Any) -> None:
-        listed = capsules.list(session=req.session)
-        resp.capsules = [conv.capsule_info(c) for c in listed]
-        stats = tier_bytes(capsules.stats())
-        resp.device_bytes, resp.host_bytes = stats["device_bytes"], stats["host_bytes"]
-        resp.disk_bytes = stats["disk_bytes"]
-        resp.message = f"{len(listed)} capsules"
-
-    def _do_save(self, capsules: Any, req: Any, resp: Any) -> None:
-        capsule = capsules.save(req.name)
-        path = capsule_path(capsules.store.directory, capsule.name)
-        resp.capsule, resp.path = conv.capsule_info(capsule), str(path)
-        resp.message = f"saved {capsule.name} to {path}"
-
-    def _do_load(self, capsules: Any, req: Any, resp: Any) -> None:
-        capsule = capsules.load(req.name)
-        resp.capsule = conv.capsule_info(capsule)
-        resp.message = f"loaded {capsule.name} ({capsule.nbytes} bytes, hashes verified)"
-
-    def _do_verify(self, capsules: Any, req: Any, resp: Any) -> None:
-        stored = capsules.verify(req.name)
-        live = capsules.verify(req.name, against_live=True) if req.against_live else None
-        resp.intact = bool(stored.ok)
-        resp.matches_live = bool(live.ok) if live is not None else False
-        resp.differing_buffers = list((live or stored).mismatched)
-        state = "intact" if resp.intact else ("unverified" if not stored.verified else "CORRUPT")
-        resp.message = (f"{req.name}: {state}"
-                        + (f", {'matches' if resp.matches_live else 'differs from'} live state"
-                           if req.against_live else ""))
-
-    def _do_pin(self, capsules: Any, req: Any, resp: Any) -> None:
-        resp.capsule = conv.capsule_info(capsules.pin(req.name))
-        resp.message = f"pinned {req.name}: budgets will not demote it, drop refuses it"
-
-    def _do_unpin(self, capsules: Any, req: Any, resp: Any) -> None:
-        resp.capsule = conv.capsule_info(capsules.unpin(req.name))
-        resp.message = f"unpinned {req.name}"
-
-    def _do_close_session(self, capsules: Any, req: Any, resp: Any) -> None:
-        capsules.close_session(req.session)
-        resp.message = f"closed session {req.session} (its parked state is freed)"
-
-    def _do_switch_session(self, capsules: Any, req: Any, resp: Any) -> None:
-        if not req.session:
-            raise InvalidArgument("session must name the session to make live")
-        resp.previous_session = capsules.switch_session(req.session, timeout=self._config.boundary_timeout_s)
-        resp.message = (f"session {req.session} is live (parked {resp.previous_session})"
-                        if resp.previous_session != req.session else f"session {req.session} was already live")
-
-    def _do_reset(self, capsules: Any, req: Any, resp: Any) -> None:
-        capsules.reset()
-        resp.message = "engine state reset to empty (capsules kept)"
-
-    def _do_pause(self, capsules: Any, req: Any, resp: Any) -> None:
-        if self._policy_io is None:
-            raise InvalidArgument("pause applies to engine_kind=policy")
-        self._policy_io.paused = True
-        resp.message = "policy paused at a boundary"
-
-    def _do_resume(self, capsules: Any, req: Any, resp: Any) -> None:
-        if self._policy_io is None:
-            raise InvalidArgument("resume applies to engine_kind=policy")
-        self._policy_io.paused = False
-        resp.message = "policy resumed"
 
     # --- generate action -------------------------------------------------
     def _accept_goal(self, goal: Any) -> GoalResponse:

@@ -1,0 +1,82 @@
+"""Each capsule verb is declared once (``flashrt_ros/ros/service_verbs.py``) and every front-end is
+made from that declaration: the declaration agrees with the .srv files, the CLI, the client and
+both behaviour-tree front-ends offer exactly what it says, and the generated docs are current."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from flashrt_ros.ros.service_verbs import BY_NAME, VERBS
+
+REPO = Path(__file__).resolve().parents[1]
+#: rosidl field types a declared field type stands for
+_ROSIDL = {str: {"string"}, bool: {"boolean"}, float: {"double", "float"},
+           int: {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"}}
+
+
+@pytest.mark.parametrize("verb", VERBS, ids=lambda v: v.name)
+def test_declared_fields_are_the_request_fields_of_the_srv(verb):
+    declared = {f.name: f.kind for f in verb.fields}
+    in_srv = verb.srv.Request.get_fields_and_field_types()
+    assert set(declared) == set(in_srv), f"{verb.name}: declared {sorted(declared)}, .srv has {sorted(in_srv)}"
+    for name, kind in declared.items():
+        assert in_srv[name] in _ROSIDL[kind], f"{verb.name}.{name}: {kind.__name__} vs {in_srv[name]}"
+
+
+def test_every_srv_file_is_the_service_of_one_verb():
+    """A new .srv without a declaration (or a declaration of another type) is caught here."""
+    declared = {v.srv.__name__ for v in VERBS if v.srv.__module__.startswith("flashrt_ros")}
+    assert declared == {p.stem for p in (REPO / "srv").glob("*.srv")}
+
+
+def test_the_client_and_the_cli_offer_every_verb_as_declared():
+    from flashrt_ros.cli import BY_COMMAND, _parser
+    from flashrt_ros.client import RETRY_SAFE_VERBS, SERVICES, retry_safe
+    for verb in VERBS:
+        assert SERVICES[verb.name] == (verb.srv, verb.name)
+        assert (verb.name in RETRY_SAFE_VERBS) == verb.retry_safe
+        if verb.retry_safe_if:
+            assert retry_safe(verb.name, {verb.retry_safe_if: True}) and not retry_safe(verb.name, {})
+        assert BY_COMMAND[verb.command] is verb
+        argv = [verb.command] + ["1" if f.kind is int else "x" for f in verb.fields if f.positional]
+        args = _parser().parse_args(argv)
+        for f in verb.fields:
+            if not f.positional:
+                assert getattr(args, f.cli_dest) == f.default, f"{verb.command} --{f.cli_dest}"
+
+
+def test_tree_nodes_and_behaviours_are_made_from_the_declarations():
+    from flashrt_ros import bt
+    from flashrt_ros.bt.nodes import BY_ID
+    for verb in (v for v in VERBS if v.tree is not None):
+        node = BY_ID[verb.tree.id]
+        assert node.verb == verb.name and node.doc == verb.tree.doc
+        inputs = {p.name: p.default for p in node.inputs if p.name not in ("node", "timeout_s")}
+        assert inputs == {f.port_name: f.default for f in verb.fields}
+        behaviour = getattr(bt, verb.tree.id)
+        assert behaviour.verb == verb.name
+        params = list(inspect.signature(behaviour).parameters)
+        assert params == ["name", "client", *(f.arg_name for f in verb.fields if f.positional),
+                          *(f.arg_name for f in verb.fields if not f.positional), "timeout_s"]
+
+
+def test_a_field_below_its_minimum_is_refused_by_the_declaration():
+    from flashrt_ros.runtime.errors import InvalidArgument
+    rollback = BY_NAME["rollback"]
+    with pytest.raises(InvalidArgument, match="steps must be >= 1"):
+        rollback.check_request(rollback.srv.Request(steps=0), "llm")
+    with pytest.raises(InvalidArgument, match="pause applies to engine_kind=policy"):
+        BY_NAME["pause"].check_request(BY_NAME["pause"].srv.Request(), "llm")
+
+
+def test_docs_services_table_is_current():
+    from flashrt_ros.ros.service_verbs import services_markdown
+    assert services_markdown() in (REPO / "docs" / "services.md").read_text(), \
+        "regenerate: python -m flashrt_ros.ros.service_verbs"
+
+
+def test_docs_cli_commands_table_is_current():
+    from flashrt_ros.cli import verb_commands_markdown
+    assert verb_commands_markdown() in (REPO / "docs" / "cli.md").read_text()
