@@ -63,8 +63,9 @@ from flashrt_ros.msg import EngineStatus, GoalHeartbeat
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary
 from flashrt_ros.ros.goals import GoalBook, RunningGoal, goal_id_hex
-from flashrt_ros.ros.parameters import PARAMS, NodeConfig, check_value, descriptor
-from flashrt_ros.ros.robot_io_params import declare_robot_io_parameters, read_robot_io_config
+from flashrt_ros.ros.parameters import (PARAMS, NodeConfig, declare_parameters, first_problem,
+                                       refuse_invalid_sets)
+from flashrt_ros.ros.robot_io_params import ROBOT_IO_PARAMS, read_robot_io_config
 from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
 from flashrt_ros.ros.service_verbs import TIERS, VERBS, ServiceVerb, VerbContext
 from flashrt_ros.runtime.errors import Busy, ErrorCode, FlashRTError, InvalidArgument, LeaseExpired, NotActive
@@ -75,10 +76,8 @@ class FlashRTNode(LifecycleNode):
 
     def __init__(self, node_name: str = "flashrt", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        for p in PARAMS:
-            self.declare_parameter(p.name, p.default, descriptor(p))
-        declare_robot_io_parameters(self)
-        self.add_on_set_parameters_callback(self._validate_parameters)
+        declare_parameters(self, (*PARAMS, *ROBOT_IO_PARAMS))
+        self.add_on_set_parameters_callback(refuse_invalid_sets((*PARAMS, *ROBOT_IO_PARAMS)))
         self._engine: Any = None
         self._active = False
         self._lifecycle_name = "unconfigured"
@@ -119,24 +118,11 @@ class FlashRTNode(LifecycleNode):
         values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
         return NodeConfig(**values)
 
-    def _validate_parameters(self, params: list) -> Any:
-        from rcl_interfaces.msg import SetParametersResult
-        by_name = {p.name: p for p in PARAMS}
-        for param in params:
-            definition = by_name.get(param.name)
-            if definition is None:
-                continue
-            reason = check_value(definition, param.value)
-            if reason:
-                return SetParametersResult(successful=False, reason=reason)
-        return SetParametersResult(successful=True)
-
     # --- lifecycle ------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Build the engine. SUCCESS: weights loaded, arena allocated, warmed up."""
         self._config = self._read_config()
-        reason = next(filter(None, (check_value(p, getattr(self._config, p.name))
-                                    for p in PARAMS)), None)
+        reason = first_problem(PARAMS, vars(self._config))
         if reason:
             self.get_logger().error(f"configure failed: {reason}")
             return TransitionCallbackReturn.FAILURE

@@ -1,20 +1,27 @@
-"""Node parameters: one table with types, defaults, ranges and documentation.
+"""Node parameters: one table with types, defaults, ranges and documentation, and the checks.
 
 Why a table: the same entries declare the ROS parameters (with descriptors, so
 `ros2 param describe` explains each one), fill the typed ``NodeConfig`` the
-engine factory takes, and generate docs/parameters.md.
+engine factory takes, validate every value (``check_value``: the node's
+set-parameter callback, configure, the robot I/O config, and the tests of the
+YAML files in config/), and generate docs/parameters.md. The robot I/O table
+(``robot_io_params.ROBOT_IO_PARAMS``) uses the same ``ParamDef`` and functions.
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
-                                ParameterType)
+                                ParameterType, SetParametersResult)
+from rclpy.parameter import Parameter
 
 
 @dataclass(frozen=True)
 class ParamDef:
+    """One parameter. ``array_of``: an array parameter of that element type (``default`` a list)."""
+
     name: str
     default: Any
     description: str
@@ -22,6 +29,12 @@ class ParamDef:
     int_range: tuple[int, int] | None = None
     float_range: tuple[float, float] | None = None
     choices: tuple[str, ...] | None = None
+    array_of: type | None = None
+
+    @property
+    def kind(self) -> type:
+        """The value's type: bool, int, float, str, or list (an array)."""
+        return list if self.array_of is not None else type(self.default)
 
 
 PARAMS: tuple[ParamDef, ...] = (
@@ -110,9 +123,13 @@ class NodeConfig:
 assert {f.name for f in fields(NodeConfig)} == {p.name for p in PARAMS}, "PARAMS and NodeConfig differ"
 
 
+_ROS_TYPES = {bool: ParameterType.PARAMETER_BOOL, int: ParameterType.PARAMETER_INTEGER,
+              float: ParameterType.PARAMETER_DOUBLE, str: ParameterType.PARAMETER_STRING}
+_ROS_ARRAY_TYPES = {str: ParameterType.PARAMETER_STRING_ARRAY, float: ParameterType.PARAMETER_DOUBLE_ARRAY}
+
+
 def descriptor(p: ParamDef) -> ParameterDescriptor:
-    type_ = {bool: ParameterType.PARAMETER_BOOL, int: ParameterType.PARAMETER_INTEGER,
-             float: ParameterType.PARAMETER_DOUBLE, str: ParameterType.PARAMETER_STRING}[type(p.default)]
+    type_ = _ROS_ARRAY_TYPES[p.array_of] if p.array_of is not None else _ROS_TYPES[p.kind]
     d = ParameterDescriptor(name=p.name, type=type_, description=p.description, read_only=p.read_only)
     if p.choices:
         d.additional_constraints = "one of: " + ", ".join(p.choices)
@@ -124,16 +141,60 @@ def descriptor(p: ParamDef) -> ParameterDescriptor:
     return d
 
 
+def declare_parameters(node: Any, params: Iterable[ParamDef]) -> None:
+    """Declare each with its descriptor; an array with an empty default is declared by type (rclpy
+    cannot infer the type of ``[]``), and reads as unset until a value is given."""
+    for p in params:
+        if p.array_of is not None and not p.default:
+            node.declare_parameter(p.name, Parameter.Type.STRING_ARRAY if p.array_of is str
+                                   else Parameter.Type.DOUBLE_ARRAY, descriptor(p))
+        else:
+            node.declare_parameter(p.name, p.default, descriptor(p))
+
+
+def _is_a(kind: type, value: Any) -> bool:
+    """``value`` has ``kind`` as ROS types it (no int for a double, no bool for an integer)."""
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
 def check_value(p: ParamDef, value: Any) -> str | None:
-    """A reason why ``value`` is not acceptable for ``p``, or None."""
+    """A reason why ``value`` is not acceptable for ``p`` (type, choices, range), or None."""
+    if p.array_of is not None:
+        if not isinstance(value, (list, tuple, array)) or not all(_is_a(p.array_of, v) for v in value):
+            return f"{p.name} must be a list of {p.array_of.__name__} (got {value!r})"
+        return None
+    if not _is_a(p.kind, value):
+        return f"{p.name} must be a {p.kind.__name__} (got {value!r})"
     if p.choices and value not in p.choices:
         return f"{p.name} must be one of {', '.join(p.choices)} (got {value!r})"
+    bounds = p.int_range or p.float_range
+    if bounds and not bounds[0] <= value <= bounds[1]:
+        return f"{p.name} must be in {bounds[0]}..{bounds[1]} (got {value!r})"
     return None
 
 
-def markdown_table() -> str:
+def first_problem(params: Iterable[ParamDef], values: dict[str, Any]) -> str | None:
+    """The first reason why one of ``values`` (by parameter name) is refused, or None."""
+    return next(filter(None, (check_value(p, values[p.name]) for p in params if p.name in values)), None)
+
+
+def refuse_invalid_sets(params: Iterable[ParamDef]) -> Callable[[list], SetParametersResult]:
+    """A set-parameters callback that refuses, with the reason, a value ``check_value`` refuses
+    (rclpy has already checked types, ranges and read-only against the descriptors)."""
+    by_name = {p.name: p for p in params}
+
+    def callback(changed: list) -> SetParametersResult:
+        reason = first_problem(by_name.values(), {c.name: c.value for c in changed if c.name in by_name})
+        return SetParametersResult(successful=reason is None, reason=reason or "")
+    return callback
+
+
+def markdown_table(params: Iterable[ParamDef] | None = None) -> str:
+    """A docs table of ``params`` (default ``PARAMS``): docs/parameters.md, docs/robot_io.md."""
     rows = ["| parameter | default | read-only | description |", "| --- | --- | --- | --- |"]
-    for p in PARAMS:
+    for p in PARAMS if params is None else params:
         extra = f" One of: {', '.join(p.choices)}." if p.choices else ""
         rng = p.int_range or p.float_range
         extra += f" Range {rng[0]}..{rng[1]}." if rng else ""

@@ -4,18 +4,17 @@ Why a second table beside ``parameters.PARAMS``: these are read when the policy
 loop starts (activate), several are string/number arrays, and they belong to
 one concept (what the policy node reads and writes on the robot's topics). The
 node declares them all at start-up so ``-p`` overrides and YAML files apply.
-Array parameters with an empty default are declared by type.
+Declaring, checking and documenting them is ``parameters.py``'s, as for ``PARAMS``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from typing import Any
 
-from rcl_interfaces.msg import ParameterDescriptor, ParameterType
 from rclpy.exceptions import ParameterUninitializedException
-from rclpy.parameter import Parameter
 
-from flashrt_ros.ros.parameters import ParamDef, check_value, descriptor
+from flashrt_ros.ros.parameters import ParamDef, check_value
+from flashrt_ros.ros.parameters import markdown_table as parameters_table
 
 OUTPUT_TYPES = ("float32_array", "float64_array", "joint_state", "joint_trajectory")
 
@@ -24,18 +23,18 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              "observation.state (ignored when input_joint_state_topic is set; empty = none).", True),
     ParamDef("input_joint_state_topic", "", "sensor_msgs/JointState feeding observation.state "
              "(empty = none).", True),
-    ParamDef("input_joint_names", [""], "Joints (in policy order) taken from the JointState; a "
-             "listed joint missing from a message is an error.", True),
+    ParamDef("input_joint_names", [], "Joints (in policy order) taken from the JointState; a "
+             "listed joint missing from a message is an error.", True, array_of=str),
     ParamDef("input_joint_fields", ["position"], "JointState fields concatenated into "
-             "observation.state, field-major (position, velocity, effort).", True),
+             "observation.state, field-major (position, velocity, effort).", True, array_of=str),
     ParamDef("input_environment_state_topic", "", "std_msgs/Float32MultiArray feeding "
              "observation.environment_state (e.g. a task target; empty = none).", True),
-    ParamDef("input_image_topics", [""], "Camera topics: sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, "
+    ParamDef("input_image_topics", [], "Camera topics: sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, "
              "mono8, mono16, yuv422_yuy2/yuyv, uyvy/yuv422), or sensor_msgs/CompressedImage (JPEG/PNG) "
              "for a topic ending in /compressed; resized (aspect kept) and centre-cropped to the "
-             "policy's image feature.", True),
-    ParamDef("input_image_features", [""], "Policy feature per image topic (default "
-             "observation.images.<last topic segment>, /compressed not counted).", True),
+             "policy's image feature.", True, array_of=str),
+    ParamDef("input_image_features", [], "Policy feature per image topic (default "
+             "observation.images.<last topic segment>, /compressed not counted).", True, array_of=str),
     ParamDef("qos_reliability", "best_effort", "Reliability of the input subscriptions: best_effort "
              "(sensor-data profile: matches every publisher) or reliable.", True,
              choices=("best_effort", "reliable")),
@@ -52,16 +51,16 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              "control periods).", True, float_range=(0.0, 3600.0)),
     ParamDef("sync_tolerance_s", 0.0, "Largest spread of the stamps of one tick's inputs (header "
              "stamp, else receipt time; 0 = no check).", True, float_range=(0.0, 3600.0)),
-    ParamDef("hold_command", [0.0], "Command published on every stale tick (empty = publish "
-             "nothing).", True),
+    ParamDef("hold_command", [], "Command published on every stale tick (empty = publish "
+             "nothing).", True, array_of=float),
     ParamDef("control_trigger", "timer", "timer: step at control_rate_hz on the latest inputs; "
              "inputs: step once per new set of inputs (lock-step with a simulator).", True,
              choices=("timer", "inputs")),
     ParamDef("output_type", "float32_array", "Command message type.", True, choices=OUTPUT_TYPES),
     ParamDef("output_topic", "~/action", "Command topic (ros2_control: /<controller>/commands or "
              "/<controller>/joint_trajectory).", True),
-    ParamDef("output_joint_names", [""], "Commanded joints (names for JointState / "
-             "JointTrajectory; for arrays, checks the action size).", True),
+    ParamDef("output_joint_names", [], "Commanded joints (names for JointState / "
+             "JointTrajectory; for arrays, checks the action size).", True, array_of=str),
     ParamDef("run_mode", "continuous", "continuous: the policy steps whenever active and not "
              "paused; goal: only while a RunPolicy goal runs.", True, choices=("continuous", "goal")),
     ParamDef("rollback_on_cancel", False, "A cancelled Generate or RunPolicy goal restores the "
@@ -76,69 +75,53 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              "waited for (0 = wait for ever). Settable live: read when a goal starts; a goal's own "
              "stale_timeout_s overrides it.", float_range=(0.0, 86400.0)),
 )
-# [""] / [0.0] above only give the array type; the declared default is empty.
-_EMPTY_ARRAYS = {"input_joint_names", "input_image_topics", "input_image_features", "hold_command",
-                 "output_joint_names"}
+
+
+_DEFAULTS: dict[str, Any] = {p.name: tuple(p.default) if p.array_of is not None else p.default
+                             for p in ROBOT_IO_PARAMS}
 
 
 @dataclass(frozen=True)
 class RobotIOConfig:
-    input_state_topic: str = "~/observation"
-    input_joint_state_topic: str = ""
-    input_joint_names: tuple[str, ...] = ()
-    input_joint_fields: tuple[str, ...] = ("position",)
-    input_environment_state_topic: str = ""
-    input_image_topics: tuple[str, ...] = ()
-    input_image_features: tuple[str, ...] = ()
-    qos_reliability: str = "best_effort"
-    qos_history: str = "keep_last"
-    qos_durability: str = "volatile"
-    output_qos_reliability: str = "reliable"
-    output_qos_depth: int = 10
-    max_observation_age_s: float = 0.0
-    sync_tolerance_s: float = 0.0
-    hold_command: tuple[float, ...] = ()
-    control_trigger: str = "timer"
-    output_type: str = "float32_array"
-    output_topic: str = "~/action"
-    output_joint_names: tuple[str, ...] = ()
-    run_mode: str = "continuous"
-    rollback_on_cancel: bool = False
-    inputs_after_restore: str = "keep"
-    goal_stale_timeout_s: float = 10.0
+    """Typed view of ``ROBOT_IO_PARAMS`` (arrays as tuples); every default is the table's."""
+
+    input_state_topic: str = _DEFAULTS["input_state_topic"]
+    input_joint_state_topic: str = _DEFAULTS["input_joint_state_topic"]
+    input_joint_names: tuple[str, ...] = _DEFAULTS["input_joint_names"]
+    input_joint_fields: tuple[str, ...] = _DEFAULTS["input_joint_fields"]
+    input_environment_state_topic: str = _DEFAULTS["input_environment_state_topic"]
+    input_image_topics: tuple[str, ...] = _DEFAULTS["input_image_topics"]
+    input_image_features: tuple[str, ...] = _DEFAULTS["input_image_features"]
+    qos_reliability: str = _DEFAULTS["qos_reliability"]
+    qos_history: str = _DEFAULTS["qos_history"]
+    qos_durability: str = _DEFAULTS["qos_durability"]
+    output_qos_reliability: str = _DEFAULTS["output_qos_reliability"]
+    output_qos_depth: int = _DEFAULTS["output_qos_depth"]
+    max_observation_age_s: float = _DEFAULTS["max_observation_age_s"]
+    sync_tolerance_s: float = _DEFAULTS["sync_tolerance_s"]
+    hold_command: tuple[float, ...] = _DEFAULTS["hold_command"]
+    control_trigger: str = _DEFAULTS["control_trigger"]
+    output_type: str = _DEFAULTS["output_type"]
+    output_topic: str = _DEFAULTS["output_topic"]
+    output_joint_names: tuple[str, ...] = _DEFAULTS["output_joint_names"]
+    run_mode: str = _DEFAULTS["run_mode"]
+    rollback_on_cancel: bool = _DEFAULTS["rollback_on_cancel"]
+    inputs_after_restore: str = _DEFAULTS["inputs_after_restore"]
+    goal_stale_timeout_s: float = _DEFAULTS["goal_stale_timeout_s"]
 
 
 assert {f.name for f in fields(RobotIOConfig)} == {p.name for p in ROBOT_IO_PARAMS}
 
 
-def _descriptor(p: ParamDef) -> ParameterDescriptor:
-    if not isinstance(p.default, list):
-        return descriptor(p)
-    type_ = (ParameterType.PARAMETER_STRING_ARRAY if isinstance(p.default[0], str)
-             else ParameterType.PARAMETER_DOUBLE_ARRAY)
-    return ParameterDescriptor(name=p.name, type=type_, description=p.description,
-                               read_only=p.read_only)
-
-
-def declare_robot_io_parameters(node: Any) -> None:
-    for p in ROBOT_IO_PARAMS:
-        if p.name in _EMPTY_ARRAYS:
-            kind = (Parameter.Type.STRING_ARRAY if isinstance(p.default[0], str)
-                    else Parameter.Type.DOUBLE_ARRAY)
-            node.declare_parameter(p.name, kind, _descriptor(p))
-        else:
-            node.declare_parameter(p.name, p.default, _descriptor(p))
-
-
 def read_robot_io_config(node: Any) -> RobotIOConfig:
-    """The declared values (None for an unset array -> empty), checked against the choices."""
+    """The declared values (None for an unset array -> empty), checked against the table."""
     values: dict[str, Any] = {}
     for p in ROBOT_IO_PARAMS:
         try:
             value = node.get_parameter(p.name).value
         except ParameterUninitializedException:      # an array declared by type and never set
             value = None
-        if isinstance(p.default, list):
+        if p.array_of is not None:
             value = tuple(value or ())
         reason = check_value(p, value)
         if reason:
@@ -148,9 +131,5 @@ def read_robot_io_config(node: Any) -> RobotIOConfig:
 
 
 def markdown_table() -> str:
-    rows = ["| parameter | default | description |", "| --- | --- | --- |"]
-    for p in ROBOT_IO_PARAMS:
-        default = "[]" if p.name in _EMPTY_ARRAYS else repr(p.default)
-        extra = f" One of: {', '.join(p.choices)}." if p.choices else ""
-        rows.append(f"| `{p.name}` | `{default}` | {p.description}{extra} |")
-    return "\n".join(rows)
+    """The table of docs/robot_io.md."""
+    return parameters_table(ROBOT_IO_PARAMS)
