@@ -11,18 +11,20 @@ Transitions (ros2/demos lifecycle_py style):
   engine state and capsules stay.
 - cleanup / shutdown: free the engine (weights, arena, capsules in memory).
 
-Services (always advertised; NOT_ACTIVE unless active), under ~/ (default
-/flashrt/...): one per verb of ``ros/service_verbs.py`` (snapshot restore fork
-rollback drop list save load verify pin unpin close_session switch_session,
-std_srvs/Trigger reset pause resume), each declared there once with the handler
-that calls the engine's capsule surface (``engine.capsules``,
-runtime/capsule_verbs.py). Those that touch the live state are executed at a
-committed boundary (between two steps), then answered; a request that waits
-longer than ``boundary_timeout_s`` for a boundary answers TIMEOUT and changes
-nothing. The store-only ones (``at_boundary=False``) never hold the engine. No exception
-ever crosses a service: the response carries success/error_code/message, every
-response is proven serializable before it is returned, and the executor loop
-(``spin_until_shutdown``) survives any exception, so the node keeps running.
+The node is its lifecycle and its process; what it serves lives beside it:
+- services (always advertised; NOT_ACTIVE unless active), under ~/ (default
+  /flashrt/...): one per verb of ``service_verbs.py``, each declared there once
+  with the handler that calls the engine's capsule surface (``engine.capsules``,
+  runtime/capsule_verbs.py), all served by ``state_services.StateServices``.
+  Those that touch the live state run at a committed boundary; one that waits
+  longer than ``boundary_timeout_s`` for a boundary answers TIMEOUT and changes
+  nothing; store-only ones never hold the engine. No exception ever crosses a
+  service, and the executor loop (``spinning.spin_until_shutdown``) survives
+  any exception, so the node keeps running;
+- the actions: ``~/generate`` (``generate_action.GenerateActionServer``, llm
+  engine) and ``~/run_policy`` (``policy_action.PolicyActionServer``, policy
+  engine); the policy's topics (``policy_io.PolicyIO``, built on activate);
+- ``~/status`` and ``/diagnostics`` (``diagnostics.py``), published here.
 
 Executors and threads: a MultiThreadedExecutor with separate callback groups
 for the state services (reentrant: several clients at once), the generate
@@ -46,29 +48,27 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
-from flashrt_ros.action import Generate
-from flashrt_ros.engine.sampling import SamplingParams
 from flashrt_ros.msg import EngineStatus, GoalHeartbeat
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary
-from flashrt_ros.ros.goals import GoalBook, RunningGoal, goal_id_hex
+from flashrt_ros.ros.generate_action import GenerateActionServer
+from flashrt_ros.ros.goals import GoalBook
 from flashrt_ros.ros.parameters import (PARAMS, NodeConfig, declare_parameters, first_problem,
                                        refuse_invalid_sets)
 from flashrt_ros.ros.robot_io_params import ROBOT_IO_PARAMS, read_robot_io_config
-from flashrt_ros.ros.service_qos import FEEDBACK_QOS, SERVICE_QOS
-from flashrt_ros.ros.service_verbs import TIERS, VERBS, ServiceVerb, VerbContext
-from flashrt_ros.runtime.errors import Busy, ErrorCode, FlashRTError, InvalidArgument, LeaseExpired, NotActive
+from flashrt_ros.ros.spinning import spin_until_shutdown
+from flashrt_ros.ros.state_services import StateServices
+from flashrt_ros.runtime.errors import NotActive
 
 
 class FlashRTNode(LifecycleNode):
@@ -82,7 +82,6 @@ class FlashRTNode(LifecycleNode):
         self._active = False
         self._lifecycle_name = "unconfigured"
         self._config = self._read_config()
-        self._generation_lock = threading.Lock()     # one Generate goal at a time
         self._policy_io: Any = None
         self._shutting_down = False                  # set by shut_down_goals(): goals end, none starts
         self._goals = GoalBook(on_change=self._publish_status)
@@ -91,11 +90,11 @@ class FlashRTNode(LifecycleNode):
         self._action_group = ReentrantCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
 
-        self._create_state_services()
-        self._generate_server = ActionServer(
-            self, Generate, "~/generate", execute_callback=self._execute_generate,
-            goal_callback=self._accept_goal, cancel_callback=lambda _g: CancelResponse.ACCEPT,
-            feedback_pub_qos_profile=FEEDBACK_QOS, callback_group=self._action_group)
+        self._state_services = StateServices(self, self._state_group, self._require_active,
+                                             lambda: self._policy_io, lambda: self._config)
+        self._generate_server = GenerateActionServer(self, self._action_group, lambda: self._engine,
+                                                     lambda: self._active, lambda: self._config, self._goals,
+                                                     lambda: self._shutting_down)
         from flashrt_ros.ros.policy_action import PolicyActionServer
         self._run_policy_server = PolicyActionServer(self, self._action_group,
                                                      lambda: self._policy_io, lambda: self._engine,
@@ -217,180 +216,11 @@ class FlashRTNode(LifecycleNode):
             self._engine = None
 
     # --- services -------------------------------------------------------
-    def _create_state_services(self) -> None:
-        """One service per verb of ``service_verbs.VERBS``, served by ``_serve``."""
-        self._state_services = [
-            self.create_service(verb.srv, f"~/{verb.name}", self._serve(verb),
-                                qos_profile=SERVICE_QOS, callback_group=self._state_group)
-            for verb in VERBS]
-
-    def _serve(self, verb: ServiceVerb) -> Callable:
-        """A verb's service callback: lifecycle gate, the declaration's checks, boundary execution
-        (verbs that touch the live state), errors as values.
-
-        Store-only verbs do not hold the engine: the store has its own lock, and a slow disk
-        must not stall generation."""
-        def callback(request: Any, response: Any) -> Any:
-            try:
-                engine = self._require_active()
-                verb.check_request(request, self._config.engine_kind)
-                context = VerbContext(capsules=engine.capsules, engine=engine, policy_io=self._policy_io,
-                                      boundary_timeout_s=self._config.boundary_timeout_s, tier=self._tier)
-                timing: dict[str, float] = {}
-
-                def at_boundary() -> None:
-                    t0 = time.perf_counter()
-                    try:
-                        verb.serve(context, request, response)
-                    finally:
-                        timing["ms"] = (time.perf_counter() - t0) * 1e3
-                    if verb.replaces_state and self._policy_io is not None:
-                        self._policy_io.state_replaced()
-
-                if verb.at_boundary:
-                    engine.capsules.gate.run_at_boundary(at_boundary, timeout=self._config.boundary_timeout_s)
-                else:
-                    at_boundary()     # the capsule surface takes the boundary itself where it needs one
-                conv.fill_ok(response, response.message or "ok")
-                if hasattr(response, "engine_latency_ms"):
-                    response.engine_latency_ms = timing.get("ms", 0.0)
-            except Exception as exc:   # noqa: BLE001 - the boundary of the node
-                conv.fill_error(response, exc, self.get_logger())
-            response = conv.sendable(response, self.get_logger())
-            if not response.success:
-                self.get_logger().warning(f"{verb.name}: {response.message[:500]}")
-            return response
-        return callback
-
     def _require_active(self) -> Any:
         if not self._active or self._engine is None:
             raise NotActive(f"node is {self._lifecycle_name}, not active: configure and activate "
                             "it first (ros2 lifecycle set /flashrt configure; ... activate)")
         return self._engine
-
-    def _tier(self, tier: str) -> str:
-        tier = tier or str(self.get_parameter("default_tier").value)     # applied live
-        if tier not in TIERS:
-            raise InvalidArgument(f"tier must be device, host or disk (got {tier!r})")
-        return tier
-
-    # --- generate action -------------------------------------------------
-    def _accept_goal(self, goal: Any) -> GoalResponse:
-        """Accept goals only while active with an LLM engine (a second one is aborted with BUSY)."""
-        if not self._active or self._engine is None or self._config.engine_kind != "llm":
-            self.get_logger().warning("generate goal rejected: node not active with an llm engine")
-            return GoalResponse.REJECT
-        return GoalResponse.ACCEPT
-
-    def _execute_generate(self, goal_handle: Any) -> Any:
-        result = Generate.Result()
-        if not self._generation_lock.acquire(blocking=False):
-            running = self._goals.running("generate")
-            goal_handle.abort()
-            conv.fill_error(result, Busy(
-                "a generation is already running: " + (running.describe() if running is not None else "")
-                + f"; end it with `flashrt cancel {running.goal_id if running is not None else '--all'}`"))
-            self.get_logger().warning(f"generate: {result.message}")
-            result.stop_reason = "error"
-            return result
-        lease = self._goals.begin("generate", goal_id_hex(goal_handle.goal_id.uuid), goal_handle.request.owner,
-                                  goal_handle.request.lease_s)
-        lease.state = "generating"
-        try:
-            return conv.sendable(self._run_generation(goal_handle, result, lease), self.get_logger())
-        finally:
-            self._goals.end(lease)
-            self._generation_lock.release()
-
-    def _run_generation(self, goal_handle: Any, result: Any, lease: RunningGoal) -> Any:
-        goal = goal_handle.request
-        engine = self._engine
-        index = 0
-
-        def on_token(token_id: int, piece: str, transcript_length: int) -> None:
-            nonlocal index
-            goal_handle.publish_feedback(Generate.Feedback(
-                token_id=int(token_id), text_piece=piece, index=index, position=int(transcript_length)))
-            index += 1
-            lease.steps = index
-
-        capsule, rolled_back = None, False
-        try:
-            if engine is None or not self._active:
-                raise NotActive("node is not active")
-            if goal.lease_s < 0:
-                raise InvalidArgument(f"lease_s must be >= 0 (0: no lease), got {goal.lease_s:g}")
-            # Every check that can refuse the goal runs before the reset writes; those that need the
-            # goal's session run there, at the switch's boundary, and a refusal undoes the switch.
-            sampling = SamplingParams(temperature=float(goal.temperature), top_k=int(goal.top_k),
-                                      top_p=1.0 if goal.top_p == 0.0 else float(goal.top_p),
-                                      seed=int(goal.seed) if goal.seed else None)
-            chat = bool(goal.use_chat_template) and bool(goal.prompt)
-            if goal.reset and not goal.prompt:
-                raise InvalidArgument("reset with an empty prompt: there would be nothing to continue from")
-            if goal.reset:
-                engine.check_fresh_request(goal.prompt, chat=bool(goal.use_chat_template))
-            rollback_on_cancel = bool(goal.rollback_on_cancel or self.get_parameter("rollback_on_cancel").value)
-
-            def prepare() -> Any:
-                """On the goal's session: its checks, then its start capsule (rollback_on_cancel)."""
-                if not goal.reset:
-                    engine.check_request(goal.prompt, chat=chat)
-                if rollback_on_cancel:
-                    from flashrt_ros.ros.goal_capsule import GoalCapsule
-                    return GoalCapsule(engine, self._config.default_tier)
-                return None
-
-            capsule = engine.capsules.enter_session(goal.session, prepare,
-                                                    timeout=self._config.boundary_timeout_s)
-            if goal.reset:
-                engine.capsules.reset(timeout=self._config.boundary_timeout_s)
-            default_tokens = int(self.get_parameter("max_new_tokens").value)     # applied live
-            outcome = engine.generate(
-                goal.prompt, max_new_tokens=int(goal.max_new_tokens or default_tokens), sampling=sampling,
-                chat=chat, on_token=on_token,
-                should_stop=lambda: goal_handle.is_cancel_requested or not self._active or lease.lease_expired())
-            if capsule is not None:
-                cancelled = outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested
-                if cancelled:
-                    capsule.restore()
-                    rolled_back = True
-                else:
-                    capsule.discard()
-                capsule = None
-        except Exception as exc:  # noqa: BLE001
-            if capsule is not None:
-                capsule.discard()
-            conv.fill_error(result, exc, self.get_logger())
-            result.stop_reason = "error"
-            goal_handle.abort()
-            return result
-        stopped_by_node = outcome.stop_reason == "cancelled" and not goal_handle.is_cancel_requested
-        if stopped_by_node and lease.lease_expired():
-            conv.fill_error(result, LeaseExpired(
-                f"generation ended after {len(outcome.token_ids)} tokens: its client did not renew the goal's "
-                f"{lease.lease_s:g} s lease (the client died, hangs, or does not send heartbeats)"))
-            self.get_logger().warning(f"generate: {result.message}")
-        elif stopped_by_node:
-            conv.fill_error(result, FlashRTError("generation stopped: the node was "
-                                                 + ("shut down" if self._shutting_down else "deactivated"),
-                                                 ErrorCode.CANCELLED))
-        else:
-            conv.fill_ok(result, f"{len(outcome.token_ids)} tokens, stop: {outcome.stop_reason}"
-                         + (", rolled back to the goal's start (rollback_on_cancel)" if rolled_back else ""))
-        result.text = outcome.text
-        result.token_ids = [int(t) for t in outcome.token_ids]
-        result.stop_reason = outcome.stop_reason
-        result.position = _transcript_length(engine) if rolled_back else int(outcome.transcript_length)
-        result.ttft_ms = 1e3 * float(outcome.timings.get("ttft_s", 0.0))
-        result.tokens_per_second = float(outcome.timings.get("decode_tokens_per_s", 0.0))
-        if outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested:
-            goal_handle.canceled()
-        elif stopped_by_node:
-            goal_handle.abort()
-        else:
-            goal_handle.succeed()
-        return result
 
     # --- status ---------------------------------------------------------
     def _status(self) -> dict[str, Any]:
@@ -504,31 +334,6 @@ def _shut_down(node: FlashRTNode, executor: MultiThreadedExecutor) -> bool:
         node.destroy_node()
     rclpy.try_shutdown()
     return done
-
-
-def _transcript_length(engine: Any) -> int:
-    """Tokens in the live transcript (consumed plus a pending one), e.g. after a rollback."""
-    status = engine.status()
-    return int(status["position"]) + int(status["has_pending"])
-
-
-def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any,
-                        stop: threading.Event | None = None) -> None:
-    """``executor.spin()`` that outlives any exception a callback lets escape, until ``stop`` is set.
-
-    rclpy re-raises a callback's exception from ``spin_once`` and ``spin()``
-    would end with it, taking the node down; here it is logged and spinning
-    goes on. Service callbacks never let one escape (errors become responses,
-    and ``conversions.sendable`` replaces an unserializable response with an
-    INTERNAL one), so this is the last line of defence, e.g. for timers.
-    """
-    while rclpy.ok() and not (stop is not None and stop.is_set()):
-        try:
-            executor.spin_once(timeout_sec=0.1)
-        except ExternalShutdownException:
-            return
-        except Exception as exc:  # noqa: BLE001 - the node must keep serving
-            logger.error(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}; the node keeps serving")
 
 
 def _autostart(node: FlashRTNode) -> bool:

@@ -52,7 +52,8 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("device", "auto", "Torch device: 'auto' (cuda if available, else cpu), 'cpu', 'cuda', "
              "'cuda:N'.", True),
     ParamDef("dtype", "auto", "Weights/state dtype: 'auto' (LLM: float32 on cpu, bfloat16 on cuda; "
-             "policy: float32), 'float32', 'bfloat16', 'float16' (a LeRobot policy's networks).", True, choices=("auto", "float32", "bfloat16", "float16")),
+             "policy: float32), 'float32', 'bfloat16', 'float16' (a LeRobot policy's networks).", True,
+             choices=("auto", "float32", "bfloat16", "float16")),
     ParamDef("max_context", 2048, "LLM context length (static KV rows per attention layer).", True,
              int_range=(16, 262144)),
     ParamDef("prefill_chunk", 256, "Prompt tokens per prefill chunk; a committed boundary follows "

@@ -76,3 +76,22 @@ def serve_until_interrupted(node: Node, *, num_threads: int,
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
+
+
+def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any,
+                        stop: threading.Event | None = None) -> None:
+    """``executor.spin()`` that outlives any exception a callback lets escape, until ``stop`` is set.
+
+    rclpy re-raises a callback's exception from ``spin_once`` and ``spin()``
+    would end with it, taking the node down; here it is logged and spinning
+    goes on. Service callbacks never let one escape (errors become responses,
+    and ``conversions.sendable`` replaces an unserializable response with an
+    INTERNAL one), so this is the last line of defence, e.g. for timers.
+    """
+    while rclpy.ok() and not (stop is not None and stop.is_set()):
+        try:
+            executor.spin_once(timeout_sec=0.1)
+        except ExternalShutdownException:
+            return
+        except Exception as exc:  # noqa: BLE001 - the node must keep serving
+            logger.error(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}; the node keeps serving")
