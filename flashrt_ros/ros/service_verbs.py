@@ -12,7 +12,7 @@ py_trees class, docs), and they drifted. Here each ``ServiceVerb`` says what the
   follow ``inputs_after_restore``), which ``engines`` serve it;
 * its request fields (``RequestField``: type, default, doc, positional on the command line and in
   a py_trees constructor, the behaviour-tree port name), and whether a lost reply may be re-sent
-  (``retry_safe``; see ``flashrt_ros.client``);
+  (``retry_safe``; see ``flashrt_ros/client/services.py``);
 * its behaviour-tree node (``TreeNode``: the BT.CPP node ID, also the py_trees class name, its doc
   and output ports), if it has one.
 
@@ -122,7 +122,7 @@ class ServiceVerb:
     at_boundary: bool               # True: runs between two engine steps; False: store only
     fields: tuple[RequestField, ...] = ()
     replaces_state: bool = False    # restore, reset, rollback, switch: the live state is another one
-    retry_safe: bool = False        # a lost reply may be re-sent (client.py says when that is safe)
+    retry_safe: bool = False        # a lost reply may be re-sent (client/services.py says when)
     retry_safe_if: str = ""         # ... only when this bool request field is set
     engines: tuple[str, ...] = ("llm", "policy")
     tree: TreeNode | None = None
