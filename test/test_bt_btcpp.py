@@ -110,10 +110,11 @@ def test_resume_after_halt_sends_only_the_steps_left():
 @pytest.fixture
 def clock(monkeypatch):
     """The request core's monotonic clock, advanced by the test (no sleeping)."""
-    from flashrt_ros.bt import requests
+    from flashrt_ros.bt import goal_request, service_request
     fake = SimpleNamespace(now=1000.0)
     fake.monotonic = lambda: fake.now
-    monkeypatch.setattr(requests, "time", fake)
+    for module in (service_request, goal_request):      # where the request core reads its clock
+        monkeypatch.setattr(module, "time", fake)
     return fake
 
 

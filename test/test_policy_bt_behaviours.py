@@ -9,7 +9,7 @@ from rclpy.task import Future
 
 from flashrt_ros.bt import (Drop, Fork, Generate, PausePolicy, PolicyPaused, Reset, Restore, Rollback, RunPolicy,
                             Snapshot, SwitchSession)
-from flashrt_ros.bt import requests
+from flashrt_ros.bt import goal_request, requests, service_request
 from flashrt_ros.client import RESULT_ASK_FIRST_S, RESULT_GRACE_S
 from flashrt_ros.runtime.errors import ErrorCode
 
@@ -302,7 +302,8 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(requests, "time", fake)
+    for module in (service_request, goal_request):      # where the request core reads its clock
+        monkeypatch.setattr(module, "time", fake)
     return fake
 
 
