@@ -1,12 +1,13 @@
 """The policy on the robot's topics: sensor inputs, one engine step per tick, commands out.
 
-Inputs (parameters, see ``robot_io_params``): any number of camera topics
-(``sensor_msgs/Image``, or ``sensor_msgs/CompressedImage`` for a topic whose
-name ends in ``/compressed``, as image_transport names them), one
-``sensor_msgs/JointState`` or a ``std_msgs/Float32MultiArray`` (both feed
-``observation.state``), and a ``std_msgs/Float32MultiArray`` for
-``observation.environment_state`` (e.g. a task's target). Subscriptions default to the sensor-data profile (best
-effort, keep last): they match best-effort cameras and default-QoS (reliable)
+Inputs (parameters, see ``robot_io_params``; which topic feeds which feature and
+how, see ``policy_inputs``): any number of camera topics (``sensor_msgs/Image``,
+or ``sensor_msgs/CompressedImage`` for a topic whose name ends in
+``/compressed``, as image_transport names them), one ``sensor_msgs/JointState``
+or a ``std_msgs/Float32MultiArray`` (both feed ``observation.state``), and a
+``std_msgs/Float32MultiArray`` for ``observation.environment_state`` (e.g. a
+task's target). Subscriptions default to the sensor-data profile (best effort,
+keep last): they match best-effort cameras and default-QoS (reliable)
 publishers alike. A deadline is requested only when ``qos_deadline_factor > 0``;
 missed deadlines are counted and logged. Activation refuses inputs that cannot
 serve the policy's declared features, naming the parameter to change.
@@ -46,65 +47,23 @@ from typing import Any, Callable
 
 from builtin_interfaces.msg import Duration as DurationMsg
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.subscription import Subscription
-from sensor_msgs.msg import CompressedImage, Image, JointState
+from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from flashrt_ros.models.policy_features import ENV_STATE, STATE
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
-from flashrt_ros.robot_io.images import (compressed_format_problem, compressed_image_feature,
-                                         encoding_problem, image_feature)
-from flashrt_ros.robot_io.joints import JointSelector, state_from_array
 from flashrt_ros.robot_io.policy_adapter import PolicyStepper
+from flashrt_ros.ros.policy_inputs import RELIABILITY, input_plan, input_qos, receipt_time
 from flashrt_ros.ros.robot_io_params import RobotIOConfig
 from flashrt_ros.runtime.errors import InvalidArgument
 
-_RELIABILITY = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
-_HISTORY = {"keep_last": HistoryPolicy.KEEP_LAST, "keep_all": HistoryPolicy.KEEP_ALL}
-_DURABILITY = {"volatile": DurabilityPolicy.VOLATILE, "transient_local": DurabilityPolicy.TRANSIENT_LOCAL}
 #: rclpy passes the message info (with the middleware's receive time) to two-argument callbacks
 #: since Iron; on Humble a callback gets the message only.
 _MESSAGE_INFO = hasattr(Subscription, "CallbackType")
-COMPRESSED_SUFFIX = "/compressed"
-
-
-def receipt_time(info: Any) -> float:
-    """When a message arrived, on this process's monotonic clock.
-
-    The middleware's ``received_timestamp`` (system clock, ns) is moved onto the
-    monotonic clock by its age now; without one (or with a clock step of a
-    minute) the time of the call stands in.
-    """
-    now = time.monotonic()
-    received_ns = int(info.get("received_timestamp") or 0) if info else 0
-    if received_ns > 0:
-        age = time.time() - received_ns * 1e-9
-        if -0.05 < age < 60.0:
-            return now - max(age, 0.0)
-    return now
-
-
-def image_feature_name(topic: str) -> str:
-    """The default feature of a camera topic: ``observation.images.<last segment>``
-    (``/cam/front/compressed`` -> ``front``)."""
-    base = topic.rstrip("/")
-    if base.endswith(COMPRESSED_SUFFIX):
-        base = base[: -len(COMPRESSED_SUFFIX)]
-    return "observation.images." + base.rsplit("/", 1)[-1]
-
-
-def input_qos(io: RobotIOConfig, depth: int, deadline_s: float) -> QoSProfile:
-    qos = QoSProfile(depth=depth, history=_HISTORY[io.qos_history],
-                     reliability=_RELIABILITY[io.qos_reliability],
-                     durability=_DURABILITY[io.qos_durability])
-    if deadline_s > 0:
-        qos.deadline = Duration(seconds=deadline_s)
-    return qos
 
 
 class PolicyIO:
@@ -128,7 +87,8 @@ class PolicyIO:
         self._subs: list[Any] = []
         # refuses inputs that cannot serve the policy; keyed by the resolved topic names, so that
         # a stale input is named as a user finds it (/robot1/flashrt/observation, not ~/observation)
-        plan = {node.resolve_topic_name(topic): entry for topic, entry in self._input_plan().items()}
+        plan = {node.resolve_topic_name(topic): route
+                for topic, route in input_plan(io, self.stepper.features).items()}
         self._publish = self._make_publisher()     # ... and outputs that cannot take its action
         self.inputs = LatestInputs(list(plan), max_age, io.sync_tolerance_s)   # keyed by topic
 
@@ -150,76 +110,6 @@ class PolicyIO:
         self._timer = node.create_timer(self.period_s, self._on_timer, callback_group=group)
 
     # --- inputs -----------------------------------------------------------------
-    def _input_plan(self) -> dict[str, tuple[type, str, Callable[[Any], Any], Callable[[Any], str | None]]]:
-        """topic -> (message type, feature, message -> tensor, message -> why it is refused).
-
-        Every policy feature is served exactly once, with the declared size where the
-        parameters fix it; otherwise one InvalidArgument naming the parameter to change.
-        """
-        io, features = self._io, self.stepper.features
-        plan: dict[str, tuple[type, str, Callable[[Any], Any], Callable[[Any], str | None]]] = {}
-        accept = lambda _m: None  # noqa: E731
-        state = features.get(STATE)
-        if io.input_joint_state_topic:
-            try:
-                selector = JointSelector(io.input_joint_names, io.input_joint_fields)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"input_joint_names / input_joint_fields: {exc}") from None
-            if state is not None and tuple(state.shape) != (selector.size,):
-                raise InvalidArgument(
-                    f"the policy's {STATE} has shape {tuple(state.shape)} but input_joint_names x "
-                    f"input_joint_fields give {len(selector.joint_names)} x {len(selector.fields)} = "
-                    f"{selector.size} values: set input_joint_names (and input_joint_fields) so "
-                    f"that they give {state.shape[0] if state.shape else 0}")
-            plan[io.input_joint_state_topic] = (JointState, STATE, lambda m: selector.select(
-                m.name, {"position": m.position, "velocity": m.velocity, "effort": m.effort}), accept)
-        elif io.input_state_topic:
-            plan[io.input_state_topic] = (Float32MultiArray, STATE, lambda m: state_from_array(m.data),
-                                          accept)
-        if io.input_environment_state_topic:
-            plan[io.input_environment_state_topic] = (Float32MultiArray, ENV_STATE,
-                                                      lambda m: state_from_array(m.data), accept)
-        names = list(io.input_image_features) or [image_feature_name(t) for t in io.input_image_topics]
-        if len(names) != len(io.input_image_topics):
-            raise InvalidArgument(f"input_image_features names {len(names)} features for "
-                                  f"{len(io.input_image_topics)} input_image_topics: give one per topic")
-        images = sorted(n for n, spec in features.items() if spec.kind == "image")
-        for topic, name in zip(io.input_image_topics, names):
-            spec = features.get(name)
-            if spec is None or spec.kind != "image":
-                raise InvalidArgument(f"image topic {topic} feeds {name!r}, which is not an image "
-                                      f"feature of the policy (its image features: {images}): set "
-                                      f"input_image_features to one name per input_image_topics entry")
-            if topic.rstrip("/").endswith(COMPRESSED_SUFFIX):
-                plan[topic] = (CompressedImage, name, lambda m, shape=spec.shape: compressed_image_feature(
-                    m.data, m.format, shape), lambda m: compressed_format_problem(m.format))
-            else:
-                plan[topic] = (Image, name, lambda m, shape=spec.shape: image_feature(
-                    m.data, m.height, m.width, m.step, m.encoding, shape, bool(m.is_bigendian)),
-                    lambda m: encoding_problem(m.encoding))
-        served = [feature for _t, feature, _c, _p in plan.values()]
-        twice = sorted({f for f in served if served.count(f) > 1})
-        if twice:
-            raise InvalidArgument(f"{twice} fed by more than one topic: give each entry of "
-                                  "input_image_topics its own input_image_features name")
-        missing = sorted(set(features) - set(served))
-        if missing:
-            hints = []
-            if STATE in missing:
-                hints.append(f"{STATE}: set input_joint_state_topic and input_joint_names (or "
-                             "input_state_topic)")
-            if any(m != STATE for m in missing):
-                hints.append("cameras: add their topics to input_image_topics and name the features "
-                             "in input_image_features")
-            raise InvalidArgument(f"the policy observes {sorted(features)} but the inputs serve "
-                                  f"{sorted(served)}; missing {missing}: " + "; ".join(hints))
-        extra = sorted(set(served) - set(features))
-        if extra:
-            raise InvalidArgument(f"inputs serve {extra}, which the policy does not observe "
-                                  f"(it observes {sorted(features)}): clear input_state_topic "
-                                  "(set it to '') or remove the topic from input_image_topics")
-        return plan
-
     def _receiver(self, topic: str, problem: Callable[[Any], str | None]) -> Callable[..., None]:
         def receive(msg: Any, info: Any = None) -> None:
             received = receipt_time(info)
@@ -335,7 +225,7 @@ class PolicyIO:
     # --- outputs -------------------------------------------------------------------
     def _make_publisher(self) -> Callable[[Any], None]:
         io = self._io
-        qos = QoSProfile(depth=io.output_qos_depth, reliability=_RELIABILITY[io.output_qos_reliability])
+        qos = QoSProfile(depth=io.output_qos_depth, reliability=RELIABILITY[io.output_qos_reliability])
         joints = list(io.output_joint_names)
         kind = io.output_type
         if kind in ("joint_state", "joint_trajectory") and not joints:
