@@ -4,6 +4,11 @@ Mirrors ``ros2 service call`` / ``ros2 action send_goal`` against a running
 node (``--node``, its fully qualified name, default /flashrt), plus ``serve``
 (run the node, configured and active; ``serve --namespace`` puts it in a ROS
 namespace) and ``demo`` (the scripted session of the README).
+
+Here: the parser, ``main`` and the dispatch. The commands live by concept:
+``capsule_commands`` (one per capsule verb, made from ``ros/service_verbs.py``),
+``goal_commands`` (generate, run-policy, goals, cancel), ``query_commands``
+(status, param); ``exit_status`` has every command's exit status.
 """
 from __future__ import annotations
 
@@ -14,27 +19,12 @@ import re
 import sys
 from typing import Any, Sequence
 
-from flashrt_ros.ros.service_verbs import VERBS, ServiceVerb
-
-#: capsule verbs by their sub-command (``close-session``)
-BY_COMMAND = {verb.command: verb for verb in VERBS}
-
-#: Exit status of every command (also printed by --help).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
-EXIT_CODES = f"""exit status:
-  {EXIT_OK}    success
-  {EXIT_FAILED}    the node answered success=false (or rejected the goal)
-  {EXIT_USAGE}    bad usage
-  {EXIT_UNREACHABLE}    the node could not be reached within --timeout
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a running generation, run-policy goal or tree is
-       cancelled at its next committed boundary first
-  {EXIT_TERMINATED}  terminated (SIGTERM): the same orderly stop as Ctrl-C"""
-
-
-def interrupted_exit(interrupt: BaseException) -> int:
-    """130 for Ctrl-C, 143 for SIGTERM (``client.Terminated``)."""
-    from flashrt_ros.client import Terminated
-    return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+from flashrt_ros.cli.capsule_commands import BY_COMMAND, add_verb_command, call_verb, verb_commands_markdown
+from flashrt_ros.cli.exit_status import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED,
+                                         EXIT_UNREACHABLE, EXIT_USAGE, code_name, interrupted_exit)
+from flashrt_ros.cli.goal_commands import cancel_command, generate_command, goals_command, run_policy_command
+from flashrt_ros.cli.query_commands import param_command, status_command
+from flashrt_ros.ros.service_verbs import VERBS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="extra parameter, as in --ros-args -p")
 
     for verb in VERBS:
-        _add_verb_command(sub, verb)
+        add_verb_command(sub, verb)
     s = sub.add_parser("generate", help="generate text (streams tokens)")
     s.add_argument("prompt")
     s.add_argument("--max-new-tokens", type=int, default=0)
@@ -133,37 +123,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _add_verb_command(sub: Any, verb: ServiceVerb) -> None:
-    """A capsule verb's sub-command, from its declaration: positional fields as arguments, the
-    others as options (a bool one as a switch)."""
-    s = sub.add_parser(verb.command, help=verb.summary)
-    for f in verb.fields:
-        if f.positional:
-            s.add_argument(f.name, type=f.kind if f.kind in (int, float) else None, help=f.doc)
-        elif f.kind is bool:
-            s.add_argument(f"--{f.cli_dest.replace('_', '-')}", dest=f.cli_dest, action="store_true", help=f.doc)
-        else:
-            s.add_argument(f"--{f.cli_dest.replace('_', '-')}", dest=f.cli_dest, type=f.kind, default=f.default,
-                           choices=f.choices or None, help=f.doc)
-
-
-def verb_usage(verb: ServiceVerb) -> str:
-    """``flashrt snapshot NAME [--tier TIER] [--session SESSION] [--pin] [--overwrite]``."""
-    words = [f"flashrt {verb.command}"] + [f.name.upper() for f in verb.fields if f.positional]
-    for f in verb.fields:
-        if not f.positional:
-            flag = "--" + f.cli_dest.replace("_", "-")
-            words.append(f"[{flag}]" if f.kind is bool else f"[{flag} {f.cli_dest.upper()}]")
-    return " ".join(words)
-
-
-def verb_commands_markdown() -> str:
-    """The capsule commands' table of docs/cli.md (generated; a test keeps the doc current)."""
-    rows = ["| command | service | what |", "| --- | --- | --- |"]
-    rows += [f"| `{verb_usage(v)}` | `~/{v.name}` | {v.summary} |" for v in VERBS]
-    return "\n".join(rows) + "\n"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     # A crash in native code (rclpy, the DDS layer) prints the Python stack on stderr, so a
     # report of exit -11 says where it happened.
@@ -189,15 +148,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         print("\ninterrupted", file=sys.stderr)
         return interrupted_exit(interrupt)
-
-
-def code_name(code: int) -> str:
-    """An error code's name (``STALE_INPUTS``), or its number if this version does not know it."""
-    from flashrt_ros.runtime.errors import ErrorCode
-    try:
-        return ErrorCode(int(code)).name
-    except ValueError:
-        return str(int(code))
 
 
 def lease_of(args: argparse.Namespace) -> float:
@@ -274,202 +224,14 @@ def cli_hint(message: str, args: argparse.Namespace) -> str:
 def _dispatch(args: argparse.Namespace, client: Any) -> int:
     verb = BY_COMMAND.get(args.command)
     if verb is not None:
-        return _call_verb(verb, args, client)
-    command = {"generate": _generate, "status": _status, "run-policy": _run_policy, "param": _param,
-               "cancel": _cancel, "goals": _goals}.get(args.command)
+        return call_verb(verb, args, client)
+    command = {"generate": generate_command, "run-policy": run_policy_command, "cancel": cancel_command,
+               "goals": goals_command, "status": status_command, "param": param_command}.get(args.command)
     if command is None:  # pragma: no cover - argparse prevents it
         return EXIT_USAGE
     return command(args, client)
 
 
-def _call_verb(verb: ServiceVerb, args: argparse.Namespace, client: Any) -> int:
-    """Call a capsule verb with the command line's fields; print its answer."""
-    fields = {f.name: getattr(args, f.cli_dest) for f in verb.fields}
-    refused = next(filter(None, (f.below_minimum(fields[f.name]) for f in verb.fields)), None)
-    if refused:
-        print(f"error: {refused}", file=sys.stderr)
-        return EXIT_USAGE
-    # --timeout bounds finding the node as well as the answer.
-    r = client.call(verb.name, timeout_s=args.timeout, wait_s=args.timeout, **fields)
-    if verb.name in _VERB_OUTPUT:
-        print(_VERB_OUTPUT[verb.name](r))
-        return EXIT_OK
-    latency = getattr(r, "engine_latency_ms", None)
-    print(r.message + (f"  [{latency:.3f} ms in engine]" if latency is not None else ""))
-    return EXIT_OK
-
-
-def _capsule_list(response: Any) -> str:
-    return (format_capsule_table(response.capsules) + "\n"
-            + f"tiers: device {response.device_bytes} B, host {response.host_bytes} B, disk {response.disk_bytes} B")
-
-
-#: verbs whose answer is printed as more than its message
-_VERB_OUTPUT = {"list": _capsule_list}
-
-
-def _generate(args: argparse.Namespace, client: Any) -> int:
-    printed: list[str] = []
-
-    def stream(feedback: Any) -> None:
-        printed.append(feedback.text_piece)
-        print(feedback.text_piece, end="", flush=True)
-
-    try:
-        outcome = client.generate(args.prompt, feedback=stream, wait_s=args.timeout,
-                                  timeout_s=args.max_seconds,
-                                  max_new_tokens=args.max_new_tokens,
-                                  temperature=args.temperature, top_k=args.top_k,
-                                  top_p=args.top_p, seed=args.seed,
-                                  use_chat_template=not args.raw, reset=args.reset,
-                                  session=args.session)
-    except KeyboardInterrupt as interrupt:
-        print()
-        result = getattr(interrupt, "result", None)
-        where = f" at position {result.position}" if result is not None else ""
-        print(f"interrupted: generation cancelled{where}", file=sys.stderr)
-        return interrupted_exit(interrupt)
-    if not outcome.accepted:
-        print()
-        print("error: goal rejected (node not active, or a generation is already running)",
-              file=sys.stderr)
-        return EXIT_FAILED
-    r = outcome.result
-    _print_missing_text("".join(printed), r.text)
-    print()
-    if not r.success:
-        print(f"error ({code_name(r.error_code)}): {r.message}", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"[{len(r.token_ids)} tokens, stop: {r.stop_reason}, ttft {r.ttft_ms:.1f} ms, "
-          f"{r.tokens_per_second:.1f} tok/s, position {r.position}]", file=sys.stderr)
-    return EXIT_OK
-
-
-def format_status(msg: Any) -> str:
-    """An EngineStatus as ``field: value`` lines (policy fields only for a policy node)."""
-    fields = ["lifecycle_state", "engine_kind", "model", "device", "session", "busy", "position",
-              "boundary_id", "capsule_count", "arena_bytes", "live_bytes", "step_p50_ms", "step_p99_ms"]
-    if msg.engine_kind == "policy":
-        fields += ["inputs_state", "inputs_detail", "policy_steps", "deadline_misses",
-                   "rejected_messages"]
-    width = max(map(len, fields))
-    return "\n".join(f"{f.ljust(width)}  {getattr(msg, f)}" for f in fields)
-
-
-def _status(args: argparse.Namespace, client: Any) -> int:
-    if not args.watch:
-        print(format_status(client.status(timeout_s=args.timeout)))
-        return EXIT_OK
-    seen: list[Any] = []
-
-    def show(msg: Any) -> None:
-        if args.count and len(seen) >= args.count:
-            return                                       # several can arrive in one spin
-        seen.append(msg)
-        stamp = msg.stamp.sec + msg.stamp.nanosec * 1e-9
-        print(f"--- {stamp:.3f}\n{format_status(msg)}", flush=True)
-
-    client.watch_status(show)
-    if not client.wait_until(lambda: bool(seen), args.timeout):
-        print(f"error: no {client.namespace}/status message within {args.timeout:.1f} s (is the node "
-              "running, and on the same ROS_DOMAIN_ID?)", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    while not args.count or len(seen) < args.count:       # Ctrl-C ends it (exit 130)
-        client.wait_until(lambda: False, 0.5)
-    return EXIT_OK
-
-
-def _run_policy(args: argparse.Namespace, client: Any) -> int:
-    if args.max_steps < 0 or args.max_duration < 0 or not (args.max_steps or args.max_duration):
-        print("error: give --max-steps N and/or --max-duration S (a goal must end by itself)",
-              file=sys.stderr)
-        return EXIT_USAGE
-
-    def step(feedback: Any) -> None:
-        if feedback.state == "waiting":                  # printed even with --quiet: it explains a stall
-            print(f"waiting {feedback.waiting_s:.1f} s after {feedback.steps} steps: {feedback.waiting_for}",
-                  flush=True)
-        elif not args.quiet:
-            action = ", ".join(f"{a:.4f}" for a in feedback.last_action)
-            print(f"step {feedback.steps}: [{action}]", flush=True)
-
-    try:
-        outcome = client.run_policy(max_steps=args.max_steps, max_duration_s=args.max_duration,
-                                    session=args.session, rollback_on_cancel=args.rollback_on_cancel,
-                                    feedback=step, wait_s=args.timeout, stale_timeout_s=args.stale_timeout)
-    except KeyboardInterrupt as interrupt:
-        result = getattr(interrupt, "result", None)
-        where = f" after {result.steps} steps" if result is not None else ""
-        back = ", rolled back to the goal's start" if result is not None and result.rolled_back else ""
-        print(f"\ninterrupted: goal cancelled{where}{back}", file=sys.stderr)
-        return interrupted_exit(interrupt)
-    if not outcome.accepted:
-        print("error: goal rejected (node not active with a policy engine, or a goal is already "
-              "running)", file=sys.stderr)
-        return EXIT_FAILED
-    r = outcome.result
-    if not r.success:
-        print(f"error ({code_name(r.error_code)}): {r.message}", file=sys.stderr)
-        return EXIT_FAILED
-    print(r.message)
-    return EXIT_OK
-
-
-def _cancel(args: argparse.Namespace, client: Any) -> int:
-    from flashrt_ros.goal_admin import cancel_goals
-    cancelled = cancel_goals(client, "" if args.all else args.goal_id, timeout_s=args.timeout)
-    if not cancelled:
-        print(f"no goal was running on {args.node}")
-        return EXIT_OK
-    for goal in cancelled:
-        owner = f" from '{goal.owner}'" if goal.owner else ""
-        print(f"cancelled {goal.action} goal {goal.goal_id}{owner}: {goal.state}")
-    return EXIT_OK if all(g.state == "ended" for g in cancelled) else EXIT_FAILED
-
-
-def _goals(args: argparse.Namespace, client: Any) -> int:
-    from flashrt_ros.goal_admin import running_goal
-    goal = running_goal(client, timeout_s=args.timeout)
-    if goal is None:
-        print(f"no goal is running on {args.node}")
-    else:
-        print(f"{goal.goal_id}  {goal.action}  from '{goal.owner or '(no owner given)'}'  {goal.state}")
-    return EXIT_OK
-
-
-def _param(args: argparse.Namespace, client: Any) -> int:
-    if args.param_verb == "get":
-        for name, value in client.get_parameters(args.names, timeout_s=args.timeout).items():
-            print(f"{name}: {value!r}")
-        return EXIT_OK
-    from rclpy.parameter import get_parameter_value, parameter_value_to_python
-    value = parameter_value_to_python(get_parameter_value(args.value))
-    client.set_parameter(args.name, value, timeout_s=args.timeout)
-    print(f"set {args.name} = {value!r}")
-    return EXIT_OK
-
-
-def _print_missing_text(streamed: str, full: str) -> None:
-    """Feedback can arrive late or not at all: complete the streamed text from the result's."""
-    if streamed == full:
-        return
-    if full.startswith(streamed):
-        print(full[len(streamed):], end="")
-    else:
-        print(f"\n[streamed feedback was incomplete; the whole text:]\n{full}", end="")
-
-
-def format_capsule_table(capsules: Sequence[Any]) -> str:
-    """A fixed-width table of CapsuleInfo messages."""
-    head = ("name", "session", "position", "boundary", "bytes", "tier", "pinned", "hash")
-    rows = [head] + [(c.name, c.session, str(c.position), str(c.boundary_id), str(c.bytes), c.tier,
-                      "yes" if c.pinned else "", c.content_hash[:12]) for c in capsules]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    if not capsules:
-        lines.append("(no capsules)")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["EXIT_CODES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_UNREACHABLE",
+           "EXIT_USAGE", "BY_COMMAND", "bt_run_options", "cli_hint", "code_name", "interrupted_exit", "main",
+           "verb_commands_markdown"]

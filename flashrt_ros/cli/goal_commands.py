@@ -1,0 +1,114 @@
+"""The goal commands: ``generate`` and ``run-policy`` (a goal run to its result, Ctrl-C cancels it
+first), ``goals`` (the node's running goal) and ``cancel``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from flashrt_ros.cli.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, code_name, interrupted_exit
+
+
+def generate_command(args: argparse.Namespace, client: Any) -> int:
+    printed: list[str] = []
+
+    def stream(feedback: Any) -> None:
+        printed.append(feedback.text_piece)
+        print(feedback.text_piece, end="", flush=True)
+
+    try:
+        outcome = client.generate(args.prompt, feedback=stream, wait_s=args.timeout,
+                                  timeout_s=args.max_seconds,
+                                  max_new_tokens=args.max_new_tokens,
+                                  temperature=args.temperature, top_k=args.top_k,
+                                  top_p=args.top_p, seed=args.seed,
+                                  use_chat_template=not args.raw, reset=args.reset,
+                                  session=args.session)
+    except KeyboardInterrupt as interrupt:
+        print()
+        result = getattr(interrupt, "result", None)
+        where = f" at position {result.position}" if result is not None else ""
+        print(f"interrupted: generation cancelled{where}", file=sys.stderr)
+        return interrupted_exit(interrupt)
+    if not outcome.accepted:
+        print()
+        print("error: goal rejected (node not active, or a generation is already running)",
+              file=sys.stderr)
+        return EXIT_FAILED
+    r = outcome.result
+    _print_missing_text("".join(printed), r.text)
+    print()
+    if not r.success:
+        print(f"error ({code_name(r.error_code)}): {r.message}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"[{len(r.token_ids)} tokens, stop: {r.stop_reason}, ttft {r.ttft_ms:.1f} ms, "
+          f"{r.tokens_per_second:.1f} tok/s, position {r.position}]", file=sys.stderr)
+    return EXIT_OK
+
+
+def _print_missing_text(streamed: str, full: str) -> None:
+    """Feedback can arrive late or not at all: complete the streamed text from the result's."""
+    if streamed == full:
+        return
+    if full.startswith(streamed):
+        print(full[len(streamed):], end="")
+    else:
+        print(f"\n[streamed feedback was incomplete; the whole text:]\n{full}", end="")
+
+
+def run_policy_command(args: argparse.Namespace, client: Any) -> int:
+    if args.max_steps < 0 or args.max_duration < 0 or not (args.max_steps or args.max_duration):
+        print("error: give --max-steps N and/or --max-duration S (a goal must end by itself)",
+              file=sys.stderr)
+        return EXIT_USAGE
+
+    def step(feedback: Any) -> None:
+        if feedback.state == "waiting":                  # printed even with --quiet: it explains a stall
+            print(f"waiting {feedback.waiting_s:.1f} s after {feedback.steps} steps: {feedback.waiting_for}",
+                  flush=True)
+        elif not args.quiet:
+            action = ", ".join(f"{a:.4f}" for a in feedback.last_action)
+            print(f"step {feedback.steps}: [{action}]", flush=True)
+
+    try:
+        outcome = client.run_policy(max_steps=args.max_steps, max_duration_s=args.max_duration,
+                                    session=args.session, rollback_on_cancel=args.rollback_on_cancel,
+                                    feedback=step, wait_s=args.timeout, stale_timeout_s=args.stale_timeout)
+    except KeyboardInterrupt as interrupt:
+        result = getattr(interrupt, "result", None)
+        where = f" after {result.steps} steps" if result is not None else ""
+        back = ", rolled back to the goal's start" if result is not None and result.rolled_back else ""
+        print(f"\ninterrupted: goal cancelled{where}{back}", file=sys.stderr)
+        return interrupted_exit(interrupt)
+    if not outcome.accepted:
+        print("error: goal rejected (node not active with a policy engine, or a goal is already "
+              "running)", file=sys.stderr)
+        return EXIT_FAILED
+    r = outcome.result
+    if not r.success:
+        print(f"error ({code_name(r.error_code)}): {r.message}", file=sys.stderr)
+        return EXIT_FAILED
+    print(r.message)
+    return EXIT_OK
+
+
+def cancel_command(args: argparse.Namespace, client: Any) -> int:
+    from flashrt_ros.goal_admin import cancel_goals
+    cancelled = cancel_goals(client, "" if args.all else args.goal_id, timeout_s=args.timeout)
+    if not cancelled:
+        print(f"no goal was running on {args.node}")
+        return EXIT_OK
+    for goal in cancelled:
+        owner = f" from '{goal.owner}'" if goal.owner else ""
+        print(f"cancelled {goal.action} goal {goal.goal_id}{owner}: {goal.state}")
+    return EXIT_OK if all(g.state == "ended" for g in cancelled) else EXIT_FAILED
+
+
+def goals_command(args: argparse.Namespace, client: Any) -> int:
+    from flashrt_ros.goal_admin import running_goal
+    goal = running_goal(client, timeout_s=args.timeout)
+    if goal is None:
+        print(f"no goal is running on {args.node}")
+    else:
+        print(f"{goal.goal_id}  {goal.action}  from '{goal.owner or '(no owner given)'}'  {goal.state}")
+    return EXIT_OK
