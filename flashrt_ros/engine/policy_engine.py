@@ -193,6 +193,15 @@ class PolicyEngine:
 
         self.gate.run_at_boundary(apply, timeout=self.capsules.timeout_s if timeout is None else timeout)
 
+    def planned_actions(self) -> torch.Tensor:
+        """Actions after the one just taken that the policy has already planned (``(k, action_dim)``
+        on the CPU, k may be 0): a trajectory command sends them. Read at a boundary."""
+        plan = getattr(self.policy, "planned_actions", None)
+        if plan is None:
+            return torch.zeros(0, int(self.policy.action_dim))
+        return self.gate.run_at_boundary(lambda: plan(self.arena).detach().cpu().clone(),
+                                         timeout=self.capsules.timeout_s)
+
     def next_step_replans(self) -> bool | None:
         """Whether the next step plans a new chunk (None: the policy has no action queue).
 

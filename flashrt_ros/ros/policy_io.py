@@ -56,7 +56,6 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
-from flashrt_ros.robot_io.policy_adapter import PolicyStepper
 from flashrt_ros.ros.policy_inputs import RELIABILITY, input_plan, input_qos, receipt_time
 from flashrt_ros.ros.robot_io_params import RobotIOConfig
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -72,7 +71,8 @@ class PolicyIO:
     def __init__(self, node: Any, engine: Any, config: Any, io: RobotIOConfig, group: Any,
                  on_inputs_change: Callable[[], None] = lambda: None) -> None:
         self._node, self._io, self._on_change = node, io, on_inputs_change
-        self.stepper = PolicyStepper(engine)
+        self.engine = engine                    # the node's PolicyEngine: features, step, planned actions
+        self.action_dim = int(engine.policy.action_dim)
         self.period_s = 1.0 / config.control_rate_hz
         max_age = io.max_observation_age_s or 1.5 * self.period_s
         self.paused = False
@@ -88,7 +88,7 @@ class PolicyIO:
         # refuses inputs that cannot serve the policy; keyed by the resolved topic names, so that
         # a stale input is named as a user finds it (/robot1/flashrt/observation, not ~/observation)
         plan = {node.resolve_topic_name(topic): route
-                for topic, route in input_plan(io, self.stepper.features).items()}
+                for topic, route in input_plan(io, engine.features).items()}
         self._publish = self._make_publisher()     # ... and outputs that cannot take its action
         self.inputs = LatestInputs(list(plan), max_age, io.sync_tolerance_s)   # keyed by topic
 
@@ -139,7 +139,7 @@ class PolicyIO:
     def _on_instruction(self, msg: Any) -> None:
         from flashrt_ros.engine.vla import set_instruction
         try:
-            set_instruction(self.stepper.engine, msg.data)
+            set_instruction(self.engine, msg.data)
         except Exception as exc:  # noqa: BLE001 - a bad instruction must not stop the node
             self._node.get_logger().error(f"instruction refused: {exc}")
 
@@ -183,7 +183,7 @@ class PolicyIO:
             try:
                 observation = {feature: convert(take.values[topic])
                                for topic, (feature, convert) in self._convert.items()}
-                action = self.stepper.step(observation)
+                action = self.engine.step(observation)
                 self._publish(action)
             except Exception as exc:  # noqa: BLE001 - bad input must not stop the loop
                 self._set_inputs("error", f"policy step failed: {exc}")   # logged once per reason
@@ -230,10 +230,10 @@ class PolicyIO:
         kind = io.output_type
         if kind in ("joint_state", "joint_trajectory") and not joints:
             raise InvalidArgument(f"output_type {kind} needs output_joint_names")
-        n = len(joints) or self.stepper.action_dim
-        if n != self.stepper.action_dim:
+        n = len(joints) or self.action_dim
+        if n != self.action_dim:
             raise InvalidArgument(f"output_joint_names names {n} joints but the policy's action has "
-                                  f"{self.stepper.action_dim} values")
+                                  f"{self.action_dim} values")
         msg_type = {"float32_array": Float32MultiArray, "float64_array": Float64MultiArray,
                     "joint_state": JointState, "joint_trajectory": JointTrajectory}[kind]
         pub = self._node.create_publisher(msg_type, io.output_topic, qos)
@@ -250,7 +250,7 @@ class PolicyIO:
                 pub.publish(msg)
             else:
                 if planned is None:
-                    planned = self.stepper.planned_actions()
+                    planned = self.engine.planned_actions()
                 msg = JointTrajectory(joint_names=joints)
                 msg.header.stamp = stamp()
                 msg.points = [JointTrajectoryPoint(positions=p, time_from_start=_duration(t))
