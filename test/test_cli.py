@@ -51,6 +51,12 @@ def test_timeout_bounds_discovery(command):
     assert "not available after 1.5 s" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_status_watch_without_a_node_says_so_and_exits_unreachable():
+    r = cli("--timeout", "1.5", "--node", f"/absent_{os.getpid()}/flashrt", "status", "--watch")
+    assert r.returncode == EXIT_UNREACHABLE, r.stderr
+    assert "status message within 1.5 s" in r.stderr and "Traceback" not in r.stderr
+
+
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     n = NodeUnderTest(tmp_path_factory.mktemp("cli"), "cli",

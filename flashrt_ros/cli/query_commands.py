@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from flashrt_ros.cli.exit_status import EXIT_OK, EXIT_UNREACHABLE
