@@ -7,7 +7,8 @@ request/response core in ``flashrt_ros.bt.requests``. The capsule verbs' behavio
 ``PausePolicy``, ``ResumePolicy``) are made from ``flashrt_ros/ros/service_verbs.py``.
 """
 from flashrt_ros.bt import behaviours
-from flashrt_ros.bt.behaviours import *  # noqa: F401,F403 - every name in behaviours.__all__ (verb classes are made there)
+# every name in behaviours.__all__ (the verbs' classes are made there, from ros/service_verbs.py)
+from flashrt_ros.bt.behaviours import *  # noqa: F401,F403
 from flashrt_ros.bt.requests import DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest
 
 __all__ = sorted(["DEFAULT_TIMEOUT_S", "GoalRequest", "Progress", "ServiceRequest", *behaviours.__all__])

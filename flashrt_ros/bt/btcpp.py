@@ -13,6 +13,7 @@ module looks as it does:
 * ``tick_once()`` holds Python's interpreter lock for the whole tick.
 
 So ports are carried by this module: ``FlashRTTrees.prepare`` reads the tree XML
+(with ``tree_xml.py``, which checks and rewrites it)
 as written for BT.CPP (``<Snapshot capsule="pre" tier="host"/>``, the same XML
 a C++ tree with real ports uses), checks every node ID (unknown ones are refused
 with a suggestion) and each flashrt node's attributes against its definition
@@ -45,7 +46,6 @@ request waits for a goal halted on any of its nodes.
 """
 from __future__ import annotations
 
-import difflib
 import logging
 import time
 import xml.etree.ElementTree as ET
@@ -56,31 +56,13 @@ from flashrt_ros.bt.nodes import (BY_ID, NODE_PORT, NODES, TIMEOUT_TIMER, NodeDe
                                   topics_read)
 from flashrt_ros.bt.requests import HaltScope, Progress, StepBudget
 from flashrt_ros.bt.topics import TopicCache, TopicError
+from flashrt_ros.bt.tree_xml import (BUILTIN_ATTRIBUTES, BUILTIN_NODES, TreeXMLError, blackboard_key, check_node_ids,
+                                     check_ports, parse_literal, replace_timeouts, unsigned_keys)
 from flashrt_ros.runtime.errors import ErrorCode
 
 log = logging.getLogger("flashrt_ros.bt")
-
-#: BT.CPP attributes every node accepts (instance name, pre/post conditions).
-_BUILTIN_ATTRIBUTES = {"name", "_skipIf", "_failureIf", "_successIf", "_while", "_onSuccess", "_onFailure",
-                       "_onHalted", "_post", "_autoremap"}
-#: The node IDs BehaviorTree.CPP 4 registers itself (behaviortreepy 0.1.4's build);
-#: ``test_bt_btcpp`` creates a tree of each to keep this list true.
-BUILTIN_NODES = frozenset({
-    "Fallback", "AsyncFallback", "Sequence", "AsyncSequence", "SequenceWithMemory", "Parallel",
-    "ParallelAll", "ReactiveSequence", "ReactiveFallback", "IfThenElse", "WhileDoElse", "Inverter",
-    "RetryUntilSuccessful", "KeepRunningUntilFailure", "Repeat", "Timeout", "Delay", "RunOnce", "ForceSuccess",
-    "ForceFailure", "AlwaysSuccess", "AlwaysFailure", "Script", "ScriptCondition", "SetBlackboard", "Sleep",
-    "UnsetBlackboard", "SubTree", "Precondition", "Switch2", "Switch3", "Switch4", "Switch5", "Switch6",
-    "LoopInt", "LoopBool", "LoopDouble", "LoopString", "WasEntryUpdated", "SkipUnlessUpdated",
-    "WaitValueUpdate"})
-#: The generic spellings (``<Action ID="Snapshot"/>``): the node is the ``ID`` attribute.
-_GENERIC_TAGS = {"Action", "Condition", "Decorator", "Control", "SubTree"}
-#: Built-in ports of unsigned type: a ``-b`` integer read by one is set as text (see ``unsigned_keys``).
-_UNSIGNED_PORTS = {"Delay": ("delay_msec",), "Sleep": ("msec",)}
-
-
-class TreeXMLError(ValueError):
-    """A tree XML that cannot run: an unknown node or port, a missing port, a bad value."""
+#: ``BUILTIN_NODES`` and ``TreeXMLError`` (tree_xml.py's) stay importable from here.
+__all__ = ["BUILTIN_NODES", "FlashRTTrees", "TreeXMLError", "register_model"]
 
 
 def _bt():
@@ -90,35 +72,6 @@ def _bt():
         raise ImportError("BehaviorTree.CPP trees need the 'behaviortreepy' package "
                           "(pip install -r requirements.txt, or scripts/setup.sh)") from exc
     return behaviortreepy
-
-
-def _blackboard_key(raw: str, port: Port) -> str | None:
-    """The blackboard key a port value refers to (``{key}``, ``{=}``), or None for a literal."""
-    raw = raw.strip()
-    if raw.startswith("{") and raw.endswith("}"):
-        key = raw[1:-1].strip()
-        return port.name if key == "=" else key
-    return None
-
-
-def _parse_literal(raw: str, port: Port) -> Any:
-    if port.kind is bool:
-        low = raw.strip().lower()
-        if low not in ("true", "false", "1", "0"):
-            raise ValueError(f"port {port.name}: {raw!r} is not a bool (true/false)")
-        return low in ("true", "1")
-    if port.kind is int:
-        return int(raw.strip())
-    if port.kind is float:
-        return float(raw.strip())
-    if port.choices and raw not in port.choices:
-        raise ValueError(f"port {port.name}: {raw!r} is not one of {' '.join(port.choices)}")
-    return raw
-
-
-def _did_you_mean(word: str, known: Any) -> str:
-    close = difflib.get_close_matches(word, sorted(known), n=3, cutoff=0.6)
-    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 _GETTERS = {str: "get_string", int: "get_int", float: "get_double", bool: "get_bool"}
@@ -209,105 +162,33 @@ class FlashRTTrees:
                                "given, so put every tree in that one file")
         for element in root.iter("TreeNodesModel"):
             element.clear()              # a model embedded in a tree file: ours is registered already
-        self._check_node_ids(root)
-        self._replace_timeouts(root)
+        check_node_ids(root, self.factory.registered_behavior_trees())
+        replace_timeouts(root)
         ports: dict[str, dict[str, str]] = {}
         for element in root.iter():
             node = BY_ID.get(element.tag)
             if node is None:
-                self._note_unsigned_keys(element)
+                self.unsigned_keys |= unsigned_keys(element)
                 continue
             name = self._instance_name(element.get("name") or node.id, ports)
-            ports[name] = self._check_ports(node, name, element.attrib)
+            ports[name] = check_ports(node, name, element.attrib)
             self.topics_used.update(topics_read(node.id, ports[name]))
             if node.verb:
                 used = ports[name].get("node", "")
-                if _blackboard_key(used, NODE_PORT) is None:       # a literal node: checked before the first tick
+                if blackboard_key(used, NODE_PORT) is None:       # a literal node: checked before the first tick
                     self.nodes_used.setdefault(used.rstrip("/") or self.client.namespace, set()).add(node.verb)
-            keep = {k: v for k, v in element.attrib.items() if k in _BUILTIN_ATTRIBUTES}
+            keep = {k: v for k, v in element.attrib.items() if k in BUILTIN_ATTRIBUTES}
             element.attrib.clear()
             element.attrib.update(keep)
             element.set("name", name)
         self.ports.update(ports)
         return ET.tostring(root, encoding="unicode")
 
-    def _check_node_ids(self, root: ET.Element) -> None:
-        trees = {e.get("ID") for e in root.iter("BehaviorTree") if e.get("ID")}
-        known = BUILTIN_NODES | set(BY_ID) | trees | set(self.factory.registered_behavior_trees())
-        for tree in root.iter("BehaviorTree"):
-            for element in tree.iter():
-                if element is tree:
-                    continue
-                node_id = element.get("ID") if element.tag in _GENERIC_TAGS and element.get("ID") else element.tag
-                if node_id not in known:
-                    raise TreeXMLError(f"<{element.tag}{' ID=' + repr(node_id) if node_id != element.tag else ''}> "
-                                       f"in BehaviorTree {tree.get('ID')!r}: no node of that name"
-                                       f"{_did_you_mean(node_id, known)} (flashrt nodes: docs/behaviour_trees.md)")
-                if element.tag in _GENERIC_TAGS and element.tag != "SubTree" and node_id in BY_ID:
-                    element.tag = node_id            # <Action ID="Snapshot" .../> is <Snapshot .../>
-                    del element.attrib["ID"]
-
-    def _replace_timeouts(self, root: ET.Element) -> None:
-        """Every ``<Timeout msec=X>C</Timeout>`` becomes ``<Parallel ..><TimeoutTimer msec=X/>C</Parallel>``."""
-        for parent in list(root.iter()):
-            for index, timeout in enumerate(list(parent)):
-                if timeout.tag != "Timeout":
-                    continue
-                children = list(timeout)
-                if len(children) != 1:
-                    raise TreeXMLError(f"<Timeout name={timeout.get('name')!r}> needs exactly one child "
-                                       f"(it has {len(children)})")
-                if "msec" not in timeout.attrib:
-                    raise TreeXMLError(f"<Timeout name={timeout.get('name')!r}>: missing required port 'msec'")
-                name = timeout.get("name") or "Timeout"
-                child = children[0]
-                parallel = ET.Element("Parallel", {k: v for k, v in timeout.attrib.items() if k != "msec"})
-                parallel.set("name", name)
-                parallel.set("success_count", "1")
-                parallel.set("failure_count", "1")
-                parallel.append(ET.Element(TIMEOUT_TIMER, {"name": f"{name} timer", "msec": timeout.get("msec"),
-                                                           "child": child.get("name") or child.tag}))
-                parallel.append(child)
-                parallel.tail = timeout.tail
-                parent.remove(timeout)
-                parent.insert(index, parallel)
-
-    def _note_unsigned_keys(self, element: ET.Element) -> None:
-        for port in _UNSIGNED_PORTS.get(element.tag, ()):
-            key = _blackboard_key(element.get(port, ""), Port(port, int, None, ""))
-            if key:
-                self.unsigned_keys.add(key)
-
     def _instance_name(self, wanted: str, taken: dict[str, Any]) -> str:
         name, i = wanted, 2
         while name in self.ports or name in taken:
             name, i = f"{wanted}#{i}", i + 1
         return name
-
-    @staticmethod
-    def _check_ports(node: NodeDef, name: str, attributes: dict[str, str]) -> dict[str, str]:
-        ports = {p.name: p for p in all_ports(node)}
-        given = {k: v for k, v in attributes.items() if k not in _BUILTIN_ATTRIBUTES}
-        unknown = sorted(set(given) - set(ports))
-        if unknown:
-            hints = "".join(_did_you_mean(u, ports) for u in unknown)
-            raise TreeXMLError(f"<{node.id} name='{name}'>: unknown port(s) {unknown}{hints} "
-                               f"(its ports are {sorted(ports)})")
-        for port in ports.values():
-            raw = given.get(port.name)
-            if raw is None:
-                if port.default is None:
-                    raise TreeXMLError(f"<{node.id} name='{name}'>: missing required port '{port.name}'")
-                continue
-            if port.output and _blackboard_key(raw, port) is None:
-                raise TreeXMLError(f"<{node.id} name='{name}'>: output port '{port.name}' needs a "
-                                   f"blackboard entry such as {{{port.name}}}, not {raw!r}")
-            if not port.output and _blackboard_key(raw, port) is None:
-                try:
-                    _parse_literal(raw, port)
-                except ValueError as exc:
-                    raise TreeXMLError(f"<{node.id} name='{name}'>: port '{port.name}': {exc}") from exc
-        return given
 
     # --- ports at tick time -------------------------------------------------------------------
     def _inputs(self, node: NodeDef, tree_node: Any) -> dict[str, Any]:
@@ -318,8 +199,8 @@ class FlashRTTrees:
             if text is None:
                 values[port.name] = port.default
                 continue
-            key = _blackboard_key(text, port)
-            values[port.name] = _parse_literal(text, port) if key is None else \
+            key = blackboard_key(text, port)
+            values[port.name] = parse_literal(text, port) if key is None else \
                 self._read_entry(tree_node.config().blackboard, key, port)
         return values
 
@@ -330,7 +211,7 @@ class FlashRTTrees:
             return getattr(blackboard, _GETTERS[port.kind])(key)
         except Exception as typed_error:  # noqa: BLE001 - e.g. a bool port reading the text "true"
             try:
-                return _parse_literal(blackboard.get_string(key), port)
+                return parse_literal(blackboard.get_string(key), port)
             except Exception:  # noqa: BLE001 - BT.CPP's first message says what is missing
                 raise ValueError(f"port {port.name}: blackboard entry {{{key}}}: {typed_error}") from None
 
@@ -340,7 +221,7 @@ class FlashRTTrees:
         for port in all_ports(node):
             if not port.output or port.name not in values:
                 continue
-            key = _blackboard_key(raw.get(port.name, port.default or ""), port)
+            key = blackboard_key(raw.get(port.name, port.default or ""), port)
             if key:
                 getattr(blackboard, _SETTERS[port.kind])(key, values[port.name])
 
