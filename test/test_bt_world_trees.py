@@ -3,7 +3,8 @@
 The shipped trees ``restore_world_and_policy.xml`` and ``fork_two_targets.xml`` run through
 ``flashrt bt run`` / ``FlashRTTrees`` against a lock-step simulator (``publish_on_restore``)
 and a policy node in ``run_mode: goal`` whose commands go straight to ``/sim/command``
-(``inputs_after_restore: discard``). What they prove: restoring the world and the policy
+(``inputs_after_restore: discard``), subscribed transient local so that the sim's latched
+observation reaches it even if it matched the sim after the reset. What they prove: restoring the world and the policy
 together repeats a stretch bit for bit, and two tries forked from one saved moment start
 from exactly the same state.
 """
@@ -33,7 +34,8 @@ def _policy_params(capsule_dir: str) -> dict[str, str]:
             "input_environment_state_topic": "/sim/target", "control_rate_hz": "50.0",
             "control_trigger": "inputs", "input_state_topic": "''", "input_joint_state_topic": "/sim/joint_states",
             "input_joint_names": "[shoulder, elbow]", "input_joint_fields": "[position, velocity]",
-            "qos_reliability": "reliable", "qos_depth": "10", "max_observation_age_s": "5.0",
+            "qos_reliability": "reliable", "qos_depth": "1", "qos_durability": "transient_local",
+            "max_observation_age_s": "60.0",
             "output_type": "float64_array", "output_topic": "/sim/command", "output_joint_names": "[shoulder, elbow]",
             "run_mode": "goal", "inputs_after_restore": "discard", "capsule_directory": capsule_dir}
 

@@ -1,13 +1,13 @@
 """flashrt_sim: the MuJoCo arm (``sim.arm``) on ROS topics, with its own snapshot/restore.
 
-Topics (under the node's namespace, default ``/sim``), the first five published with every observation:
+Topics (under the node's namespace, default ``/sim``), the first six published with every observation,
+reliable, transient local, keep-last 1 (a reader that subscribes transient local gets the latest at once):
 - ``~/joint_states`` (pub, ``sensor_msgs/JointState``: shoulder, elbow; position, velocity)
 - ``~/target`` (pub, ``std_msgs/Float32MultiArray``: the target's x, y in metres, the task's goal;
   a policy node reads it with ``input_environment_state_topic``)
 - ``~/image`` (pub, ``sensor_msgs/Image`` rgb8 from the overhead camera; ``render:=false`` turns it off)
 - ``~/steps`` (pub, ``std_msgs/UInt64``: physics steps since the reset: a tree waits on it until the
-  sim has applied the last command, e.g. before a world snapshot; this and the next two are
-  transient local, so a reader that comes late gets the latest)
+  sim has applied the last command, e.g. before a world snapshot)
 - ``~/distance`` (pub, ``std_msgs/Float64``: the tip's distance to the target, metres) and
   ``~/reached`` (pub, ``std_msgs/Bool``: the tip on the target and at rest, ``ReachCriterion``), which
   the ``TargetReached`` tree node reads
@@ -81,11 +81,14 @@ class SimNode(Node):
         self._command: list[float] | None = None
         self.step_times_s: list[float] = []        # wall time of each physics+render+publish step
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self._joint_pub = self.create_publisher(JointState, "~/joint_states", reliable)
-        self._image_pub = self.create_publisher(Image, "~/image", reliable)
-        self._target_pub = self.create_publisher(Float32MultiArray, "~/target", reliable)
+        # The observation is latched: in lock-step nothing is published until a command comes, so a
+        # reader that matched after the last publish (a node started, or still discovering the sim on
+        # a loaded machine) would otherwise wait for good; a transient-local reader gets the latest one.
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)   # a late reader gets the latest
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self._joint_pub = self.create_publisher(JointState, "~/joint_states", latched)
+        self._image_pub = self.create_publisher(Image, "~/image", latched)
+        self._target_pub = self.create_publisher(Float32MultiArray, "~/target", latched)
         self._steps_pub = self.create_publisher(UInt64, "~/steps", latched)
         self._distance_pub = self.create_publisher(Float64, "~/distance", latched)
         self._reached_pub = self.create_publisher(Bool, "~/reached", latched)
