@@ -25,7 +25,7 @@ ROOT = TEST_DIR.parent
 PI_REFERENCE_DIR = ROOT / ".venv" / "pi-reference"
 LEROBOT_REFERENCE_DIR = ROOT / ".venv" / "lerobot-reference"
 
-__all__ = ["PUBLISHED", "REDUCED", "Case", "run_reference", "run_selfcheck", "reference_actions", "reference_run"]
+__all__ = ["PUBLISHED", "REDUCED", "Case", "run_reference", "run_selfcheck", "reference_record", "reference_run"]
 
 
 def _require_installed() -> None:
@@ -55,9 +55,11 @@ def run_reference(cases: list[Case], spec_dir: Path, timeout_s: float = 1800.0) 
     print(proc.stdout, end="")
 
 
-def reference_actions(case: Case) -> torch.Tensor:
+def reference_record(case: Case) -> dict[str, torch.Tensor]:
+    """LeRobot's ``actions`` (steps x action), and the ``tokens`` / ``token_lengths`` its preprocessor
+    gave each replanning step."""
     from safetensors.torch import load_file
-    return load_file(str(Path(case.directory) / "reference_actions.safetensors"))["actions"]
+    return load_file(str(Path(case.directory) / "reference_actions.safetensors"))
 
 
 def reference_run(case: Case) -> dict:

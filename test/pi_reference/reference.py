@@ -176,14 +176,15 @@ def plan_noise(seed: int, plan: int, config) -> torch.Tensor:
     return normal(torch.tensor(seed), torch.tensor(plan), n).view(1, config.chunk_size, config.max_action_dim)
 
 
-def run_episode(policy, config, case: Case) -> tuple[torch.Tensor, list[float]]:
-    """LeRobot's actions for the case's observations; and the time of each replanning step."""
+def run_episode(policy, config, case: Case) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """LeRobot's actions for the case's observations and the language tokens of each replanning step
+    (``actions``, ``tokens``, ``token_lengths``); and the time of each replanning step."""
     from lerobot_reference import case_features, observations, processors
 
     pre, post = processors(config, Path(case.directory))
     obs = observations(case_features(case.features()), case.steps, seed=case.obs_seed)
     policy.reset()
-    plans, replan_s, out = [0], [], []
+    plans, replan_s, out, tokens, lengths = [0], [], [], [], []
     device = torch.device(case.device)
 
     def noise(shape, dev):
@@ -195,6 +196,9 @@ def run_episode(policy, config, case: Case) -> tuple[torch.Tensor, list[float]]:
             batch = pre({**{k: v.clone() for k, v in o.items()}, "task": case.task})
             batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             replans = len(policy._action_queue) == 0
+            if replans:
+                tokens.append(batch["observation.language.tokens"][0].cpu())
+                lengths.append(int(batch["observation.language.attention_mask"][0].sum()))
             t0 = time.perf_counter()
             action = policy.select_action(batch)
             if device.type == "cuda":
@@ -202,7 +206,8 @@ def run_episode(policy, config, case: Case) -> tuple[torch.Tensor, list[float]]:
             if replans:
                 replan_s.append(time.perf_counter() - t0)
             out.append(post(action.cpu())[0])
-    return torch.stack(out), replan_s
+    return {"actions": torch.stack(out), "tokens": torch.stack(tokens),
+            "token_lengths": torch.tensor(lengths)}, replan_s
 
 
 def main(spec_path: str) -> None:
@@ -214,8 +219,9 @@ def main(spec_path: str) -> None:
         t0 = time.perf_counter()
         policy, config = build_checkpoint(case)
         build_s = time.perf_counter() - t0
-        actions, replan_s = run_episode(policy, config, case)
-        save_file({"actions": actions.contiguous()}, str(Path(case.directory) / "reference_actions.safetensors"))
+        record, replan_s = run_episode(policy, config, case)
+        save_file({k: v.contiguous() for k, v in record.items()},
+                  str(Path(case.directory) / "reference_actions.safetensors"))
         (Path(case.directory) / "reference_run.json").write_text(json.dumps(
             {"case": asdict(case), "build_s": build_s, "replan_s": replan_s}, indent=1))
         print(f"[pi_reference] {case.kind} {case.directory}: built in {build_s:.1f} s, "
