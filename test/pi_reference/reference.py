@@ -64,7 +64,7 @@ class Case:
     noise_seed: int = 0
     task: str = "pick up the red cube"
     seed: int = 0
-    device: str = "cpu"
+    device: str = "cpu"                    # where LeRobot runs the episode (it is built on the CPU)
 
     def features(self) -> dict:
         return dict(cameras=self.cameras, hw=tuple(self.hw), state=self.state, env=0, action=self.action)
@@ -149,7 +149,7 @@ def build_checkpoint(case: Case):
                         output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(case.action,))},
                         normalization_mapping={"VISUAL": NormalizationMode(case.visual_norm), "STATE": mode,
                                                "ACTION": mode},
-                        **{"image_resolution": (case.resolution, case.resolution), "device": case.device, **(case.cfg or {})})
+                        **{"image_resolution": (case.resolution, case.resolution), "device": "cpu", **(case.cfg or {})})
     torch.manual_seed(case.seed)
     policy = modeling.PI05Policy(config) if case.kind == "pi05" else modeling.PI0Policy(config)
     saved = set(policy.state_dict())        # non-persistent buffers (RoPE frequencies) are not weights: kept
@@ -166,7 +166,7 @@ def build_checkpoint(case: Case):
     stats["action"] = _stats(case.norm, case.action, gen)
     save_checkpoint(policy, config, stats, directory, make_processors)
     (directory / "pi_sizes.json").write_text(json.dumps(sizes, indent=1))
-    return policy, config
+    return policy.to(case.device), config
 
 
 def plan_noise(seed: int, plan: int, config) -> torch.Tensor:
@@ -186,6 +186,9 @@ def run_episode(policy, config, case: Case) -> tuple[dict[str, torch.Tensor], li
     policy.reset()
     plans, replan_s, out, tokens, lengths = [0], [], [], [], []
     device = torch.device(case.device)
+    if device.type == "cuda":                       # parity in fp32: no TF32 on either side
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
     def noise(shape, dev):
         plans[0] += 1
@@ -219,6 +222,9 @@ def main(spec_path: str) -> None:
         t0 = time.perf_counter()
         policy, config = build_checkpoint(case)
         build_s = time.perf_counter() - t0
+        if case.steps == 0:                          # the checkpoint only (the benchmark times it itself)
+            print(f"[pi_reference] {case.kind} {case.directory}: built in {build_s:.1f} s", flush=True)
+            continue
         record, replan_s = run_episode(policy, config, case)
         save_file({k: v.contiguous() for k, v in record.items()},
                   str(Path(case.directory) / "reference_actions.safetensors"))
