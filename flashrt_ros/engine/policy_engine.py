@@ -182,21 +182,7 @@ class PolicyEngine:
             raise InvalidArgument(f"{type(self.policy).__name__} cannot redraw a chunk: its replan stores "
                                   "no context to draw from")
         seed = self._checked_seed(seed)
-
-        def apply() -> None:
-            if int(self.arena[self._queue.redraw_context].item()) == 0:
-                raise InvalidArgument("nothing to redraw from yet: take a step first")
-            self.store.ring.before_step()
-            self.arena[RNG_SEED].fill_(seed)
-            try:
-                self._redraw()
-            except BaseException:
-                self._left.keep(None)
-                raise
-            self.store.ring.record()
-            self._left.keep(self._queue.refill)
-
-        self.gate.run_at_boundary(apply, timeout=self.capsules.timeout_s if timeout is None else timeout)
+        self._refill_from_context(self._redraw, "redraw", lambda: self.arena[RNG_SEED].fill_(seed), timeout)
 
     def replan_from_context(self, *, timeout: float | None = None) -> None:
         """Plan the last chunk again from the encoded observation the last replan stored, with the current
@@ -210,20 +196,7 @@ class PolicyEngine:
         """
         if self._context_replan is None:
             raise InvalidArgument(f"{type(self.policy).__name__} cannot replan from a stored observation")
-
-        def apply() -> None:
-            if int(self.arena[self._queue.redraw_context].item()) == 0:
-                raise InvalidArgument("nothing to replan from yet: take a step first")
-            self.store.ring.before_step()
-            try:
-                self._context_replan()
-            except BaseException:
-                self._left.keep(None)
-                raise
-            self.store.ring.record()
-            self._left.keep(self._queue.refill)
-
-        self.gate.run_at_boundary(apply, timeout=self.capsules.timeout_s if timeout is None else timeout)
+        self._refill_from_context(self._context_replan, "replan", None, timeout)
 
     def next_step_replans(self) -> bool | None:
         """Whether the next step plans a new chunk (None: the policy has no action queue).
@@ -310,6 +283,26 @@ class PolicyEngine:
             self._action.copy_(action)
             self.arena[POSITION].add_(1)
             self.arena[BOUNDARY].add_(1)
+
+    def _refill_from_context(self, runner: StepRunner, what: str, before: Callable[[], Any] | None,
+                             timeout: float | None) -> None:
+        """Run ``runner`` (a body that refills the queue from the stored context) as one committed boundary,
+        after ``before`` (a state write); refused while no replan has stored a context."""
+        def apply() -> None:
+            if int(self.arena[self._queue.redraw_context].item()) == 0:
+                raise InvalidArgument(f"nothing to {what} from yet: take a step first")
+            self.store.ring.before_step()
+            if before is not None:
+                before()
+            try:
+                runner()
+            except BaseException:
+                self._left.keep(None)
+                raise
+            self.store.ring.record()
+            self._left.keep(self._queue.refill)
+
+        self.gate.run_at_boundary(apply, timeout=self.capsules.timeout_s if timeout is None else timeout)
 
     def _all_runners(self) -> list[StepRunner]:
         """Every body this engine runs: the step bodies, then redraw and replan-from-context if offered."""

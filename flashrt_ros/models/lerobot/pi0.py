@@ -266,40 +266,14 @@ class PI0Policy(LanguageInstruction, PolicyModule):
     def state_specs(self) -> list[BufferSpec]:
         c = self.cfg
         kv_shape = (c.prefix_capacity, c.vlm.num_kv_heads, c.vlm.head_dim)
-        specs = []
-        for i in range(c.vlm.depth):
-            for name, what in ((self.KEY, "keys (RoPE'd)"), (self.VALUE, "values")):
-                specs.append(BufferSpec(f"{name}{i}", kv_shape, self.dtype, group="kv", live_axis=0,
-                                        length_from=self.PREFIX_LEN, doc=f"language model layer {i} prefix {what}"))
-        return specs + [
-            BufferSpec(self.PREFIX_LEN, (), torch.int64, group="kv", doc="valid prefix tokens (live KV rows)"),
+        return self.prefix_specs(c.vlm.depth, kv_shape, "language model") + [
             BufferSpec(self.IMAGES, (c.image_rows, c.vlm.width), self.dtype, group="observation",
                        doc="image tokens of the last replan (vision tower + projector)"),
             BufferSpec(self.STATE_VEC, (c.state_width,), torch.float32, group="observation",
                        doc="normalised, zero-padded state of the last replan"),
-            BufferSpec(self.LANG, (c.tokenizer_max_length,), torch.int64, group="instruction",
-                       doc="instruction token ids, right-padded (π0.5: the prompt's head)"),
-            BufferSpec(self.LANG_LEN, (), torch.int64, group="instruction", doc="instruction length in tokens"),
-            BufferSpec(self.QUEUE, (c.n_action_steps, c.action_dim), torch.float32, group="policy",
-                       doc="action queue: the current chunk's first n_action_steps (normalised)"),
-            BufferSpec(self.LEFT, (), torch.int64, group="policy", doc="actions left in the queue"),
-            BufferSpec(self.RNG_SEED, (), torch.int64, group="rng", doc="noise seed of this episode"),
-            BufferSpec(self.PLANS, (), torch.int64, group="rng", doc="chunks planned (the noise counter)"),
-        ]
-
-    def init_state(self, arena: StateArena) -> None:
-        arena[self.RNG_SEED].fill_(self.cfg.seed)
-        self.write_instruction(arena, self._default_ids)
+        ] + self.episode_specs("instruction token ids, right-padded (π0.5: the prompt's head)")
 
     # --- instruction (``LanguageInstruction``) -------------------------------------------------
-    @property
-    def instruction_budget(self) -> int:
-        return self.cfg.tokenizer_max_length
-
-    @property
-    def vocab_size(self) -> int:
-        return self.cfg.vlm.vocab_size
-
     def instruction_ids(self, text: str) -> list[int]:
         """π0: the instruction's tokens with a newline (LeRobot's ``Pi0NewLineProcessor``); π0.5: the
         prompt's ``"Task: ..., State:"`` head, checked to join with the state tokens (``StatePrompt``)."""

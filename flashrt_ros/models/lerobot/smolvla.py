@@ -197,35 +197,7 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
     def state_specs(self) -> list[BufferSpec]:
         c, s = self.cfg, self.cfg.vlm
         kv_shape = (c.prefix_capacity, s.text_kv_heads, s.head_dim)
-        specs = []
-        for i in range(c.num_vlm_layers):
-            for name, what in ((self.KEY, "keys (RoPE'd)"), (self.VALUE, "values")):
-                specs.append(BufferSpec(f"{name}{i}", kv_shape, self.dtype, group="kv", live_axis=0,
-                                        length_from=self.PREFIX_LEN, doc=f"VLM layer {i} prefix {what}"))
-        return specs + [
-            BufferSpec(self.PREFIX_LEN, (), torch.int64, group="kv", doc="valid prefix tokens (live KV rows)"),
-            BufferSpec(self.LANG, (c.tokenizer_max_length,), torch.int64, group="instruction",
-                       doc="instruction token ids (right-padded)"),
-            BufferSpec(self.LANG_LEN, (), torch.int64, group="instruction", doc="instruction length in tokens"),
-            BufferSpec(self.QUEUE, (c.n_action_steps, c.action_dim), torch.float32, group="policy",
-                       doc="action queue: the current chunk's first n_action_steps (normalised)"),
-            BufferSpec(self.LEFT, (), torch.int64, group="policy", doc="actions left in the queue"),
-            BufferSpec(self.RNG_SEED, (), torch.int64, group="rng", doc="noise seed of this episode"),
-            BufferSpec(self.PLANS, (), torch.int64, group="rng", doc="chunks planned (the noise counter)"),
-        ]
-
-    def init_state(self, arena: StateArena) -> None:
-        arena[self.RNG_SEED].fill_(self.cfg.seed)
-        self.write_instruction(arena, self._default_ids)
-
-    # --- instruction (``LanguageInstruction``) -------------------------------------------
-    @property
-    def instruction_budget(self) -> int:
-        return self.cfg.tokenizer_max_length
-
-    @property
-    def vocab_size(self) -> int:
-        return self.cfg.vlm.vocab_size
+        return self.prefix_specs(c.num_vlm_layers, kv_shape, "VLM") + self.episode_specs()
 
     # --- step --------------------------------------------------------------------------
     def action_queue(self) -> ActionQueue:
