@@ -4,7 +4,7 @@ parity with LeRobot at the published size.
 GPU only (each test skips on a machine without CUDA, saying so). The
 published-size tests build LeRobot's policy (3.3 B parameters, a ~13 GB fp32
 checkpoint) in the reference process; each takes minutes, so run them one kind
-at a time (``-k "published and pi0-"`` / ``-k "published and pi05"``).
+at a time (``-k "published and not pi05"`` / ``-k "published and pi05"``).
 """
 from __future__ import annotations
 
