@@ -108,9 +108,9 @@ def test_resnet18_trunk_matches_torchvision_resnet18_without_pretrained_weights(
 def test_unknown_policy_type_is_refused_by_name(tmp_path):
     directory, _, _ = make_act_checkpoint(tmp_path / "ckpt", CASES["temporal_ensemble"])
     cfg = json.loads((directory / "config.json").read_text())
-    cfg["type"] = "pi0"
+    cfg["type"] = "vqbet"
     (directory / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(InvalidArgument, match="pi0.*not supported"):
+    with pytest.raises(InvalidArgument, match="vqbet.*not supported"):
         make_policy(f"lerobot:{directory}")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from host_reads import no_host_reads
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import set_instruction_ids
 from flashrt_ros.models.lerobot.smolvla import SmolVLAConfig, SmolVLAPolicy
@@ -218,17 +219,11 @@ def test_step_bodies_and_redraw_read_nothing_on_the_host(engine, monkeypatch):
     """What a captured body must not do (a host read syncs and breaks capture): checked on CPU."""
     policy, arena = engine.policy, engine.arena
     obs = observation(0)
-
-    def host_read(*_args, **_kwargs):
-        raise AssertionError("host read of a tensor inside a step body")
-    with torch.no_grad():
-        for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
-            monkeypatch.setattr(torch.Tensor, name, host_read)
+    with no_host_reads(monkeypatch):
         policy.step_observation(obs, arena, replan=True)
         policy.step_observation(obs, arena, replan=False)
         left = arena[policy.LEFT].clone()
         policy.redraw_chunk(arena)
-        monkeypatch.undo()
     assert int(left) == policy.cfg.n_action_steps - 2
     assert int(arena[policy.LEFT]) == policy.cfg.n_action_steps
 

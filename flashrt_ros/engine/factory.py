@@ -78,11 +78,17 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
         return engine
     if config.engine_kind == "policy":
         from flashrt_ros.engine.policy_engine import PolicyEngine
-        from flashrt_ros.models.policy_factory import make_policy
+        from flashrt_ros.models.policy_factory import LEROBOT_PREFIX, make_policy
 
-        # 'auto' keeps policies in float32 (their parity is checked in fp32); an explicit dtype
-        # runs a LeRobot checkpoint's networks in it
-        policy = make_policy(config.policy, torch.float32 if config.dtype == "auto" else dtype)
+        # 'auto' keeps policies in float32 (their parity is checked in fp32) except π0 / π0.5 on CUDA
+        # (bfloat16); an explicit dtype runs a LeRobot checkpoint's networks in it
+        policy_dtype = dtype
+        if config.dtype == "auto":
+            policy_dtype = torch.float32
+            if config.policy.startswith(LEROBOT_PREFIX):
+                from flashrt_ros.models.lerobot import default_dtype
+                policy_dtype = default_dtype(config.policy[len(LEROBOT_PREFIX):], device)
+        policy = make_policy(config.policy, policy_dtype)
         if config.policy_instruction:
             if not hasattr(policy, "set_default_instruction"):
                 raise InvalidArgument(f"policy_instruction: {type(policy).__name__} takes no language instruction")

@@ -20,7 +20,10 @@ rollback, reset, session switch, ``write_state``) makes the engine read it once 
 A policy whose replan stores what its chunk is drawn from (a VLA's prefix KV:
 ``ActionQueue.redraw_context``) gets a third body, ``redraw(seed)``: a new noise
 draw of the chunk over that context without the observation (a fork's N draws
-at the cost of N denoising loops), its own graph too.
+at the cost of N denoising loops), its own graph too; one that also stores its
+encoded observation (``ActionQueue.replans_from_context``: π0's image tokens)
+gets a fourth, ``replan_from_context()``: the last chunk planned again with the
+current instruction, without the observation's encoder.
 
 Noise: ``capsules.reset()`` without a seed starts the episode from a seed drawn
 from the OS (``status()["episode_seed"]`` reports it, so the episode can be
@@ -107,16 +110,18 @@ class PolicyEngine:
         modes: tuple[bool | None, ...] = (None,) if self._queue is None else (True, False)
         self._runners = {mode: StepRunner(lambda mode=mode: self._step_body(mode), self.arena,
                                           enabled=cuda_graph, pool=pool) for mode in modes}
-        self._redraw = None
+        self._redraw = self._context_replan = None
         if self._queue is not None and self._queue.redraw_context is not None:
             if RNG_SEED not in self.arena:
                 raise InvalidArgument(f"{type(policy).__name__}: a redraw needs a {RNG_SEED} buffer")
             self._redraw = StepRunner(self._redraw_body, self.arena, enabled=cuda_graph, pool=pool)
+            if self._queue.replans_from_context:
+                self._context_replan = StepRunner(self._context_replan_body, self.arena, enabled=cuda_graph,
+                                                  pool=pool)
         self._left = HostMirror(self.capsules.version, self._read_left)
         self._reset_state(seed=None, fresh=False)
-        for runner in (*self._runners.values(), self._redraw):
-            if runner is not None:
-                runner.capture()
+        for runner in self._all_runners():
+            runner.capture()
 
     # --- control --------------------------------------------------------------
     def step(self, observation: Mapping[str, torch.Tensor] | torch.Tensor | Sequence[float]) -> torch.Tensor:
@@ -177,21 +182,21 @@ class PolicyEngine:
             raise InvalidArgument(f"{type(self.policy).__name__} cannot redraw a chunk: its replan stores "
                                   "no context to draw from")
         seed = self._checked_seed(seed)
+        self._refill_from_context(self._redraw, "redraw", lambda: self.arena[RNG_SEED].fill_(seed), timeout)
 
-        def apply() -> None:
-            if int(self.arena[self._queue.redraw_context].item()) == 0:
-                raise InvalidArgument("nothing to redraw from yet: take a step first")
-            self.store.ring.before_step()
-            self.arena[RNG_SEED].fill_(seed)
-            try:
-                self._redraw()
-            except BaseException:
-                self._left.keep(None)
-                raise
-            self.store.ring.record()
-            self._left.keep(self._queue.refill)
+    def replan_from_context(self, *, timeout: float | None = None) -> None:
+        """Plan the last chunk again from the encoded observation the last replan stored, with the current
+        episode state (e.g. an instruction set since) and the same noise draw; the queue is full again
+        (one committed boundary; captured on CUDA).
 
-        self.gate.run_at_boundary(apply, timeout=self.capsules.timeout_s if timeout is None else timeout)
+        Why: re-instruct without a new observation and without its encoder (``engine.vla.reinstruct``):
+        ``fork`` one observation's capsule, give each branch an instruction and replan it from the stored
+        image tokens. The chunk is the one a replanning step would have planned with that instruction.
+        Needs a policy whose ``action_queue()`` has ``replans_from_context``, and a replan since the last reset.
+        """
+        if self._context_replan is None:
+            raise InvalidArgument(f"{type(self.policy).__name__} cannot replan from a stored observation")
+        self._refill_from_context(self._context_replan, "replan", None, timeout)
 
     def planned_actions(self) -> torch.Tensor:
         """Actions after the one just taken that the policy has already planned (``(k, action_dim)``
@@ -234,8 +239,7 @@ class PolicyEngine:
         return {
             "policy": type(self.policy).__name__,
             "device": str(self.device),
-            "cuda_graph": all(r.graph is not None for r in (*self._runners.values(), self._redraw)
-                              if r is not None),
+            "cuda_graph": all(r.graph is not None for r in self._all_runners()),
             "episode_seed": self.episode_seed,
             "position": int(self.arena[POSITION].item()),
             "boundary": int(self.arena[BOUNDARY].item()),
@@ -287,6 +291,36 @@ class PolicyEngine:
                 action = self.policy.step_observation(self._inputs, self.arena, replan=replan)
             self._action.copy_(action)
             self.arena[POSITION].add_(1)
+            self.arena[BOUNDARY].add_(1)
+
+    def _refill_from_context(self, runner: StepRunner, what: str, before: Callable[[], Any] | None,
+                             timeout: float | None) -> None:
+        """Run ``runner`` (a body that refills the queue from the stored context) as one committed boundary,
+        after ``before`` (a state write); refused while no replan has stored a context."""
+        def apply() -> None:
+            if int(self.arena[self._queue.redraw_context].item()) == 0:
+                raise InvalidArgument(f"nothing to {what} from yet: take a step first")
+            self.store.ring.before_step()
+            if before is not None:
+                before()
+            try:
+                runner()
+            except BaseException:
+                self._left.keep(None)
+                raise
+            self.store.ring.record()
+            self._left.keep(self._queue.refill)
+
+        self.gate.run_at_boundary(apply, timeout=self.capsules.timeout_s if timeout is None else timeout)
+
+    def _all_runners(self) -> list[StepRunner]:
+        """Every body this engine runs: the step bodies, then redraw and replan-from-context if offered."""
+        return [r for r in (*self._runners.values(), self._redraw, self._context_replan) if r is not None]
+
+    def _context_replan_body(self) -> None:
+        """The replan from the stored observation on the device (its own graph)."""
+        with torch.no_grad():
+            self.policy.replan_from_context(self.arena)
             self.arena[BOUNDARY].add_(1)
 
     def _redraw_body(self) -> None:

@@ -9,7 +9,10 @@ Writing it empties the action queue, so the next step replans with the new
 instruction. A refused instruction changes nothing.
 
 A fork's new noise draw over the stored prefix is the engine's own verb,
-``PolicyEngine.redraw(seed)``.
+``PolicyEngine.redraw(seed)``. ``reinstruct`` sets an instruction and plans the
+last chunk again from the stored encoded observation (π0 / π0.5: the image tokens
+and state of the last replan; ``PolicyEngine.replan_from_context``): two
+boundaries, no new observation, the vision tower not run again.
 """
 from __future__ import annotations
 
@@ -30,6 +33,14 @@ def set_instruction_ids(engine, ids: Sequence[int], *, timeout: float | None = N
     policy = _policy(engine)
     ids = [int(i) for i in ids]
     engine.write_state(lambda arena: policy.write_instruction(arena, ids), timeout=timeout)  # validates first
+
+
+def reinstruct(engine, text: str, *, timeout: float | None = None) -> list[int]:
+    """``set_instruction`` then ``engine.replan_from_context()``: the queue holds the chunk the last replan
+    would have planned with ``text`` (same observation, same noise draw). Returns the instruction's ids."""
+    ids = set_instruction(engine, text, timeout=timeout)
+    engine.replan_from_context(timeout=timeout)
+    return ids
 
 
 def _policy(engine):

@@ -31,7 +31,9 @@ Subclass :class:`PolicyModule` and
    device read per step) and runs one body (one captured graph) for each;
    one whose replan stores the context its chunk is drawn from (a VLA's prefix
    KV) also names it (``ActionQueue.redraw_context``) and implements
-   ``redraw_chunk``: the engine's ``redraw(seed)``, a third graph.
+   ``redraw_chunk``: the engine's ``redraw(seed)``, a third graph; one that
+   also stores its encoded observation may implement ``replan_from_context``
+   (``ActionQueue.replans_from_context``): the engine's verb of that name, a fourth.
 
 Weights are ordinary ``nn.Module`` parameters: they are not state, they enter
 the engine fingerprint instead. See ``docs/policies.md``.
@@ -63,12 +65,17 @@ class ActionQueue:
     from (a VLA's prefix KV), the arena scalar that is 0 until a replan stored
     it; the policy then implements ``redraw_chunk`` and the engine offers
     ``redraw(seed)``: a new noise draw of the chunk without the observation.
+    ``replans_from_context``: the replan also stores the encoded observation, and
+    the policy implements ``replan_from_context``: the engine's verb of the same
+    name plans the last chunk again from it with the current episode state (a
+    new instruction), without the observation and without its encoder.
     """
 
     left: str       # int64 arena scalar: actions left in the queue
     refill: int     # actions a replan (and a redraw) puts into the queue
     pop_reads_observation: bool = True   # False: a pop ignores the observation (the engine skips its copy)
     redraw_context: str | None = None    # int64 arena scalar, 0 while nothing can be redrawn; None: no redraw
+    replans_from_context: bool = False   # True: ``replan_from_context`` (needs ``redraw_context``)
 
 
 def pop_queue(queue: Tensor, left: Tensor) -> Tensor:
@@ -115,6 +122,12 @@ class PolicyModule(nn.Module):
         """Refill the queue with the first chunk of the noise stream in ``policy.rng.seed`` over the
         context the last replan stored (no observation; device ops only: one captured graph).
         Only for an ``action_queue()`` with ``redraw_context``."""
+        raise NotImplementedError
+
+    def replan_from_context(self, arena: StateArena) -> None:
+        """Refill the queue with the last plan made again from the encoded observation the last replan stored
+        and the current episode state (same noise draw; device ops only: one captured graph). Only for an
+        ``action_queue()`` with ``replans_from_context``."""
         raise NotImplementedError
 
     def state_specs(self) -> list[BufferSpec]:

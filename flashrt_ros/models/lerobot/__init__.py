@@ -1,4 +1,4 @@
-"""LeRobot checkpoints (ACT, Diffusion Policy, SmolVLA) as arena-backed ``PolicyModule``s, without importing LeRobot.
+"""LeRobot checkpoints (ACT, Diffusion Policy, SmolVLA, π0, π0.5) as arena-backed ``PolicyModule``s, without importing LeRobot.
 
 ``load_lerobot_policy(path)`` reads a checkpoint directory as LeRobot 0.4.x's
 ``save_pretrained`` writes it, builds our model for its ``"type"`` and loads
@@ -7,15 +7,16 @@ a silently random layer). Node parameter / CLI: ``policy:=lerobot:<dir>``.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
-from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, read_checkpoint
+from flashrt_ros.models.lerobot.checkpoint import CONFIG, LeRobotCheckpoint, read_checkpoint
 from flashrt_ros.models.policy_interface import PolicyModule
 from flashrt_ros.runtime.errors import InvalidArgument
 
-SUPPORTED_TYPES = ("act", "diffusion", "smolvla")
+SUPPORTED_TYPES = ("act", "diffusion", "smolvla", "pi0", "pi05")
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -34,6 +35,18 @@ def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32) ->
     return cast_networks(policy, dtype).eval().requires_grad_(False)
 
 
+def default_dtype(path: str | Path, device: torch.device) -> torch.dtype:
+    """The dtype a checkpoint runs in when none is asked for: bfloat16 for π0 / π0.5 on CUDA (a 3.3 B model;
+    LeRobot's own default there), float32 otherwise (the precision the parity tests check)."""
+    if torch.device(device).type != "cuda":
+        return torch.float32
+    try:
+        kind = json.loads((Path(path).expanduser() / CONFIG).read_text()).get("type")
+    except (OSError, ValueError):
+        return torch.float32                       # load_lerobot_policy reports what is wrong
+    return torch.bfloat16 if kind in ("pi0", "pi05") else torch.float32
+
+
 def cast_networks(policy: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """The networks' weights in ``dtype``; normalisation statistics and fixed weight tables stay fp32.
 
@@ -41,6 +54,9 @@ def cast_networks(policy: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modul
     target near 500 px would move by 2 px); the arena state, the diffusion sample
     and the scheduler arithmetic are fp32 too, so only the networks run in ``dtype``.
     """
+    if hasattr(policy, "cast"):                  # a policy with its own mixed precision (π0)
+        policy.cast(dtype)
+        return policy
     policy.to(dtype=dtype)
     policy.norm.float()
     for name in ("ensemble_weights", "ensemble_weights_cumsum"):       # ACT's temporal ensembling
@@ -61,6 +77,9 @@ def build_policy(ckpt: LeRobotCheckpoint) -> PolicyModule:
     if kind == "smolvla":
         from flashrt_ros.models.lerobot.smolvla import build_smolvla
         return build_smolvla(ckpt)
+    if kind in ("pi0", "pi05"):
+        from flashrt_ros.models.lerobot.pi0 import build_pi0
+        return build_pi0(ckpt)
     raise InvalidArgument(f"LeRobot policy type {kind!r} in {ckpt.path}/config.json is not supported "
                           f"(supported: {', '.join(SUPPORTED_TYPES)})")
 

@@ -165,3 +165,12 @@ def feature_specs(io) -> dict[str, FeatureSpec]:
     for cam in io.cameras:
         out[cam] = FeatureSpec(tuple(io.image_shape), "image")
     return out
+
+
+def jsonable(value):
+    """A config dict with tuples as lists (what ``json.dumps`` and the fingerprint see)."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [jsonable(v) for v in value]
+    return value

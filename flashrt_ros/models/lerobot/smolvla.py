@@ -33,11 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs, jsonable
+from flashrt_ros.models.lerobot.instruction import LanguageInstruction
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
-from flashrt_ros.models.lerobot.smolvla_checkpoint import (TokenizerSettings, tokenizer_file, tokenizer_settings,
-                                                          vlm_sizes)
+from flashrt_ros.models.lerobot.smolvla_checkpoint import PUBLISHED_VLM, vlm_sizes
 from flashrt_ros.models.lerobot.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
+from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
 from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
@@ -137,7 +138,7 @@ def resize_with_pad(img: Tensor, width: int, height: int) -> Tensor:
     return F.pad(img, (max(0, width - rw), 0, max(0, height - rh), 0), value=0.0)
 
 
-class SmolVLAPolicy(PolicyModule):
+class SmolVLAPolicy(LanguageInstruction, PolicyModule):
     """A LeRobot SmolVLA checkpoint as a ``PolicyModule`` (see the module doc for its state)."""
 
     PREFIX = "policy.smolvla."
@@ -157,13 +158,12 @@ class SmolVLAPolicy(PolicyModule):
                     "model.vlm_with_expert.vlm.lm_head.weight"}
 
     def __init__(self, cfg: SmolVLAConfig, ckpt: LeRobotCheckpoint | None = None,
-                 tokenizer: TokenizerSettings = TokenizerSettings(), tokenizer_file: Path | None = None,
+                 tokenizer: TokenizerSettings = TokenizerSettings(PUBLISHED_VLM), tokenizer_file: Path | None = None,
                  instruction: str = "") -> None:
         super().__init__()
         self.cfg = cfg
         self.obs_dim, self.act_dim = cfg.state_dim, cfg.action_dim
         self.tokenizer_settings, self.tokenizer_file = tokenizer, tokenizer_file
-        self._tokenizer = None
         cross = [not cfg.is_self_attn(i) for i in range(cfg.n_expert_layers)]
         self.model = nn.Module()
         self.model.vlm_with_expert = VLMWithExpert(cfg.vlm, cfg.num_vlm_layers, cfg.expert_hidden,
@@ -188,7 +188,7 @@ class SmolVLAPolicy(PolicyModule):
         return feature_specs(self.cfg)
 
     def config(self) -> dict:
-        return {"type": "smolvla", **_jsonable(asdict(self.cfg))}
+        return {"type": "smolvla", **jsonable(asdict(self.cfg))}
 
     @property
     def dtype(self) -> torch.dtype:
@@ -197,54 +197,7 @@ class SmolVLAPolicy(PolicyModule):
     def state_specs(self) -> list[BufferSpec]:
         c, s = self.cfg, self.cfg.vlm
         kv_shape = (c.prefix_capacity, s.text_kv_heads, s.head_dim)
-        specs = []
-        for i in range(c.num_vlm_layers):
-            for name, what in ((self.KEY, "keys (RoPE'd)"), (self.VALUE, "values")):
-                specs.append(BufferSpec(f"{name}{i}", kv_shape, self.dtype, group="kv", live_axis=0,
-                                        length_from=self.PREFIX_LEN, doc=f"VLM layer {i} prefix {what}"))
-        return specs + [
-            BufferSpec(self.PREFIX_LEN, (), torch.int64, group="kv", doc="valid prefix tokens (live KV rows)"),
-            BufferSpec(self.LANG, (c.tokenizer_max_length,), torch.int64, group="instruction",
-                       doc="instruction token ids (right-padded)"),
-            BufferSpec(self.LANG_LEN, (), torch.int64, group="instruction", doc="instruction length in tokens"),
-            BufferSpec(self.QUEUE, (c.n_action_steps, c.action_dim), torch.float32, group="policy",
-                       doc="action queue: the current chunk's first n_action_steps (normalised)"),
-            BufferSpec(self.LEFT, (), torch.int64, group="policy", doc="actions left in the queue"),
-            BufferSpec(self.RNG_SEED, (), torch.int64, group="rng", doc="noise seed of this episode"),
-            BufferSpec(self.PLANS, (), torch.int64, group="rng", doc="chunks planned (the noise counter)"),
-        ]
-
-    def init_state(self, arena: StateArena) -> None:
-        arena[self.RNG_SEED].fill_(self.cfg.seed)
-        self.write_instruction(arena, self._default_ids)
-
-    # --- instruction -----------------------------------------------------------------
-    def set_default_instruction(self, text: str) -> None:
-        """The instruction every episode starts with (``init_state``; the node parameter ``policy_instruction``)."""
-        self._default_ids = self.instruction_ids(text) if text else []
-        self.default_instruction = text
-
-    def instruction_ids(self, text: str) -> list[int]:
-        """Token ids of an instruction as LeRobot's preprocessor makes them (newline appended, truncated)."""
-        if self._tokenizer is None:
-            if self.tokenizer_file is None:
-                raise InvalidArgument(f"no tokenizer.json for SmolVLA instructions (looked in the checkpoint and in "
-                                      f"{self.tokenizer_settings.name!r}); give token ids instead")
-            from tokenizers import Tokenizer
-            self._tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
-        text = text if text.endswith("\n") else text + "\n"
-        return self._tokenizer.encode(text, add_special_tokens=True).ids[: self.cfg.tokenizer_max_length]
-
-    def write_instruction(self, arena: StateArena, ids: list[int]) -> None:
-        """Make ``ids`` the instruction and empty the queue, so the next step plans with it (between steps)."""
-        n = self.cfg.tokenizer_max_length
-        if len(ids) > n or any(not 0 <= i < self.cfg.vlm.vocab_size for i in ids):
-            raise InvalidArgument(f"instruction ids must be at most {n} ids in [0, {self.cfg.vlm.vocab_size})")
-        tokens = torch.zeros(n, dtype=torch.int64)
-        tokens[: len(ids)] = torch.tensor(ids, dtype=torch.int64)
-        arena[self.LANG].copy_(tokens)
-        arena[self.LANG_LEN].fill_(len(ids))
-        arena[self.LEFT].zero_()
+        return self.prefix_specs(c.num_vlm_layers, kv_shape, "VLM") + self.episode_specs()
 
     # --- step --------------------------------------------------------------------------
     def action_queue(self) -> ActionQueue:
@@ -385,18 +338,10 @@ class SmolVLAPolicy(PolicyModule):
         return m.action_out_proj(expert.norm(h).to(torch.float32).to(self.dtype)).to(torch.float32)
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 # --- loading -------------------------------------------------------------------------------
 
 def build_smolvla(ckpt: LeRobotCheckpoint, instruction: str = "") -> SmolVLAPolicy:
     """Our SmolVLA for a checkpoint (weights not yet loaded)."""
-    settings = tokenizer_settings(ckpt)
+    settings = tokenizer_settings(ckpt, default_name=str(ckpt.config.get("vlm_model_name") or PUBLISHED_VLM))
     cfg = SmolVLAConfig.from_checkpoint(ckpt, vlm_sizes(ckpt), settings)
     return SmolVLAPolicy(cfg, ckpt, settings, tokenizer_file(ckpt, settings), instruction)

@@ -1,16 +1,14 @@
-"""What a SmolVLA checkpoint leaves to other files: the VLM's sizes and the instruction tokenizer.
+"""What a SmolVLA checkpoint leaves to another file: the VLM's sizes.
 
 Why a reader of its own: LeRobot's SmolVLA ``config.json`` names its VLM
 (``vlm_model_name``, a hub id or a local directory) instead of holding its
-sizes, and its preprocessor names the tokenizer the same way. The runtime has
-no hub and no transformers: it reads a ``config.json`` and a ``tokenizer.json``
+sizes. The runtime has no hub and no transformers: it reads a ``config.json``
 from the checkpoint or from the local directory named, or falls back to the
-published SmolVLM2-500M sizes. Every file is JSON.
+published SmolVLM2-500M sizes. (Its tokenizer: ``tokenizer_files.py``.)
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint
@@ -41,37 +39,6 @@ def vlm_sizes_from_config(cfg: dict) -> VLMSizes:
         scale_factor=int(cfg.get("scale_factor", d.scale_factor)))
 
 
-@dataclass(frozen=True)
-class TokenizerSettings:
-    """The checkpoint preprocessor's ``tokenizer_processor`` step."""
-
-    name: str = PUBLISHED_VLM
-    max_length: int = 48
-    padding: str = "longest"
-
-
-@dataclass(frozen=True)
-class TokenizerSettings:
-    """The checkpoint preprocessor's ``tokenizer_processor`` step."""
-
-    name: str = PUBLISHED_VLM
-    max_length: int = 48
-    padding: str = "longest"
-
-
-def tokenizer_settings(ckpt: LeRobotCheckpoint) -> TokenizerSettings:
-    """The ``tokenizer_processor`` step of ``policy_preprocessor.json`` (name, max length, padding)."""
-    pipeline = json.loads((ckpt.path / "policy_preprocessor.json").read_text())
-    for step in pipeline.get("steps", []):
-        if step.get("registry_name") == "tokenizer_processor":
-            cfg = step.get("config", {})
-            return TokenizerSettings(name=str(cfg.get("tokenizer_name") or ckpt.config.get("vlm_model_name")
-                                              or PUBLISHED_VLM),
-                                     max_length=int(cfg.get("max_length", 48)),
-                                     padding=str(cfg.get("padding", "longest")))
-    raise InvalidArgument(f"{ckpt.path}/policy_preprocessor.json has no 'tokenizer_processor' step")
-
-
 def vlm_sizes(ckpt: LeRobotCheckpoint) -> VLMSizes:
     """The VLM's sizes: ``<checkpoint>/vlm_config.json``, else the ``config.json`` in the local directory
     ``vlm_model_name`` names, else the published SmolVLM2-500M sizes when it names that model."""
@@ -83,11 +50,3 @@ def vlm_sizes(ckpt: LeRobotCheckpoint) -> VLMSizes:
         return VLMSizes()
     raise InvalidArgument(f"SmolVLA: the VLM {name!r} is neither a local directory with a config.json nor "
                           f"{PUBLISHED_VLM}; put its config.json in the checkpoint as vlm_config.json")
-
-
-def tokenizer_file(ckpt: LeRobotCheckpoint, settings: TokenizerSettings) -> Path | None:
-    """``tokenizer.json`` in the checkpoint, else in the local tokenizer directory; None if neither."""
-    for candidate in (ckpt.path / "tokenizer.json", Path(settings.name).expanduser() / "tokenizer.json"):
-        if candidate.is_file():
-            return candidate
-    return None

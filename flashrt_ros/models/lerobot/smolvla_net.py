@@ -130,12 +130,15 @@ class LlamaLayer(nn.Module):
 # --- vision ------------------------------------------------------------------------
 
 class VisionEmbeddings(nn.Module):
-    def __init__(self, s: VLMSizes) -> None:
+    """Patches and learned positions: SmolVLM's bucketed ids, or plain ``0..n-1`` (PaliGemma's SigLIP)."""
+
+    def __init__(self, s: VLMSizes, bucketed: bool = True) -> None:
         super().__init__()
         self.patch_embedding = nn.Conv2d(3, s.vision_hidden, s.patch_size, s.patch_size, padding="valid")
         side = s.image_size // s.patch_size
         self.position_embedding = nn.Embedding(side * side, s.vision_hidden)
-        self.register_buffer("position_ids", _bucketed_positions(side), persistent=False)
+        ids = _bucketed_positions(side) if bucketed else torch.arange(side * side)
+        self.register_buffer("position_ids", ids, persistent=False)
 
     def forward(self, pixels: Tensor) -> Tensor:
         x = self.patch_embedding(pixels).flatten(2).transpose(1, 2)
@@ -198,11 +201,11 @@ class VisionEncoder(nn.Module):
 
 
 class VisionModel(nn.Module):
-    """SmolVLM's SigLIP encoder for one full (un-split) image."""
+    """A SigLIP encoder for one full (un-split) image: SmolVLM's (``bucketed`` positions) or PaliGemma's."""
 
-    def __init__(self, s: VLMSizes) -> None:
+    def __init__(self, s: VLMSizes, bucketed: bool = True) -> None:
         super().__init__()
-        self.embeddings = VisionEmbeddings(s)
+        self.embeddings = VisionEmbeddings(s, bucketed)
         self.encoder = VisionEncoder(s)
         self.post_layernorm = nn.LayerNorm(s.vision_hidden, eps=s.vision_eps)
 

@@ -1,0 +1,424 @@
+"""π0 and π0.5 (LeRobot 0.4.x) as arena-backed ``PolicyModule``s: encoded observation, prefix KV, queue, noise, instruction.
+
+Why: LeRobot keeps a π episode in Python (a ``deque`` of actions, the prefix
+``past_key_values`` rebuilt per chunk, noise from torch's global RNG), so nothing
+of it can be captured or brought back. Here every bit that shapes the next
+action is an arena buffer, updated in place by device ops only:
+
+- ``policy.pi0.images``: the image tokens of the last replan (SigLIP + projector
+  output, ``(cameras x tokens, width)``) and ``policy.pi0.state``: its normalised,
+  padded state (group ``observation``). A re-instruction re-runs the language
+  model over them with another instruction: the images are not encoded again;
+- ``policy.pi0.kv.{k,v}.<layer>``: the language model's prefix keys (RoPE'd) and
+  values, ``(P, kv_heads, head_dim)``: the image tokens, then the instruction's
+  tokens (π0.5: the prompt with the state tokens), valid rows first; the live
+  extent is ``policy.pi0.prefix_len`` (group ``kv``);
+- ``policy.pi0.lang_tokens`` / ``lang_len``: the instruction (π0: its tokens
+  with the newline; π0.5: the ``"Task: ..., State:"`` head of the prompt);
+- ``policy.pi0.queue`` / ``queue_left``: the chunk being executed (normalised);
+- ``policy.rng.seed`` / ``policy.rng.plans``: the flow-matching noise stream
+  (plan ``p`` draws its ``(chunk_size, max_action_dim)`` noise with counter ``p``).
+
+A replanning step encodes the cameras, stores the state, prefills the prefix KV
+(``prefill_from_context``) and runs ``num_inference_steps`` Euler steps of the
+expert over it (``denoise``); a pop only takes the next queued action. The
+prefix is bidirectional (every image token attends to the instruction in
+every layer, as in PaliGemma), so a new instruction needs the whole language
+model again; what it can skip is the vision tower: ``replan_from_context``
+(the engine's ``replan_from_context``, ``engine.vla.reinstruct``) re-plans the
+last chunk from the stored image tokens and state with the current
+instruction, bit-identically to a cold replan of that observation.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from flashrt_ros.models.lerobot.checkpoint import PREPROCESSOR, LeRobotCheckpoint, PolicyIO, feature_specs, jsonable
+from flashrt_ros.models.lerobot.gemma import GEMMA_VARIANTS, GemmaSizes, gqa_attention
+from flashrt_ros.models.lerobot.instruction import LanguageInstruction
+from flashrt_ros.models.lerobot.normalize import PolicyNormalization
+from flashrt_ros.models.lerobot.pi05_prompt import StatePrompt
+from flashrt_ros.models.lerobot.pi0_net import PiModel, VisionSizes
+from flashrt_ros.models.lerobot.smolvla_net import sinusoidal_time
+from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
+from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, PolicyModule, pop_queue
+from flashrt_ros.models.policy_features import STATE, FeatureSpec
+from flashrt_ros.ops.counter_rng import normal
+from flashrt_ros.ops.rope import rope_inv_freq
+from flashrt_ros.runtime.arena import BufferSpec, StateArena
+from flashrt_ros.runtime.errors import InvalidArgument
+
+EMPTY_CAMERA = "observation.images.empty_camera_"
+PALIGEMMA_TOKENIZER = "google/paligemma-3b-pt-224"
+#: optional file beside a checkpoint of other than the published sizes (the tests' reduced ones)
+SIZES_FILE = "pi_sizes.json"
+
+
+@dataclass(frozen=True)
+class PI0Config:
+    """The fields of LeRobot's ``PI0Config`` / ``PI05Config`` that shape inference, plus the network sizes."""
+
+    pi05: bool
+    state_dim: int
+    env_state_dim: int
+    action_dim: int
+    cameras: tuple[str, ...]
+    image_shape: tuple[int, int, int] | None
+    vlm: GemmaSizes = GEMMA_VARIANTS["gemma_2b"]
+    expert: GemmaSizes = GEMMA_VARIANTS["gemma_300m"]
+    vision: VisionSizes = field(default_factory=VisionSizes)
+    chunk_size: int = 50
+    n_action_steps: int = 50
+    max_state_dim: int = 32
+    max_action_dim: int = 32
+    num_inference_steps: int = 10
+    image_resolution: tuple[int, int] = (224, 224)
+    tokenizer_max_length: int = 48
+    prompt_state_dim: int = 32             # π0.5: numbers in the prompt (its preprocessor step's max_state_dim)
+    min_period: float = 4e-3
+    max_period: float = 4.0
+    seed: int = 0                          # noise seed written at every episode start (reset)
+
+    @property
+    def image_tokens(self) -> int:
+        return (self.image_resolution[0] // self.vision.patch_size) ** 2
+
+    @property
+    def image_rows(self) -> int:
+        return len(self.cameras) * self.image_tokens
+
+    @property
+    def prefix_capacity(self) -> int:
+        """Prefix rows: every camera's image tokens, then the instruction (prompt) at its maximum length."""
+        return self.image_rows + self.tokenizer_max_length
+
+    @property
+    def state_width(self) -> int:
+        """The stored (padded) state: π0's ``state_proj`` input, or the numbers of π0.5's prompt."""
+        return self.prompt_state_dim if self.pi05 else self.max_state_dim
+
+    @property
+    def suffix_len(self) -> int:
+        """The expert's tokens: π0 a state token and the chunk, π0.5 the chunk."""
+        return self.chunk_size + (0 if self.pi05 else 1)
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: LeRobotCheckpoint, tokenizer: TokenizerSettings) -> PI0Config:
+        c, kind = ckpt.config, ckpt.policy_type
+        name = "π0.5" if kind == "pi05" else "π0"
+        if int(c.get("n_obs_steps", 1)) != 1:
+            raise InvalidArgument(f"{name} supports n_obs_steps == 1 only")
+        rtc = c.get("rtc_config")
+        if isinstance(rtc, dict) and rtc.get("enabled"):
+            raise InvalidArgument(f"{name} with rtc_config.enabled=true (real-time chunking) is not supported")
+        if STATE not in ckpt.input_features:
+            raise InvalidArgument(f"{ckpt.path}/config.json: {name} needs an {STATE!r} input")
+        # empty cameras are masked out of LeRobot's prefix: leaving them out gives the same actions;
+        # π reads no environment state (LeRobot ignores it too)
+        real = {k: v for k, v in ckpt.input_features.items()
+                if not k.startswith(EMPTY_CAMERA) and v[0] in ("STATE", "VISUAL")}
+        io = PolicyIO.from_checkpoint(
+            LeRobotCheckpoint(ckpt.path, c, {}, ckpt.normalize, ckpt.unnormalize, real, ckpt.output_features), name)
+        if not io.cameras:
+            raise InvalidArgument(f"{ckpt.path}/config.json: {name} needs at least one camera")
+        resolution = tuple(int(x) for x in c.get("image_resolution", (224, 224)))
+        if resolution[0] != resolution[1]:
+            raise InvalidArgument(f"{name}: image_resolution must be square (PaliGemma), got {resolution}")
+        vlm, expert, vision = _sizes(ckpt)
+        names = ("chunk_size", "n_action_steps", "max_state_dim", "max_action_dim", "num_inference_steps",
+                 "min_period", "max_period")
+        cfg = cls(pi05=kind == "pi05", **asdict(io), vlm=vlm, expert=expert, vision=vision,
+                  image_resolution=resolution, tokenizer_max_length=tokenizer.max_length,
+                  prompt_state_dim=_prompt_state_dim(ckpt), **{k: c[k] for k in names if k in c})
+        if cfg.action_dim > cfg.max_action_dim or cfg.state_dim > cfg.state_width:
+            raise InvalidArgument(f"{name}: state/action longer than the padded width ({cfg.state_width} / "
+                                  f"{cfg.max_action_dim})")
+        if cfg.n_action_steps > cfg.chunk_size:
+            raise InvalidArgument(f"{name}: n_action_steps must be <= chunk_size")
+        if (expert.head_dim, expert.num_kv_heads, expert.num_heads) != (vlm.head_dim, vlm.num_kv_heads, vlm.num_heads):
+            raise InvalidArgument(f"{name}: the expert must have the language model's attention heads")
+        if expert.depth > vlm.depth:
+            raise InvalidArgument(f"{name}: the expert has more layers than the language model")
+        return cfg
+
+
+def _prompt_state_dim(ckpt: LeRobotCheckpoint) -> int:
+    """How many state numbers π0.5's preprocessor writes into the prompt: its state step's ``max_state_dim``.
+
+    LeRobot 0.4.4 saves that step without its fields, so a reloaded preprocessor pads to the default 32
+    whatever the policy's ``max_state_dim``; read it from the file when present, else 32, as LeRobot does."""
+    pipeline = json.loads((ckpt.path / PREPROCESSOR).read_text())
+    for step in pipeline.get("steps", []):
+        if step.get("registry_name") == "pi05_prepare_state_tokenizer_processor_step":
+            return int(step.get("config", {}).get("max_state_dim", 32))
+    return 32
+
+
+def _sizes(ckpt: LeRobotCheckpoint) -> tuple[GemmaSizes, GemmaSizes, VisionSizes]:
+    """The published variants named in config.json, or ``pi_sizes.json`` beside the checkpoint."""
+    path = ckpt.path / SIZES_FILE
+    if path.is_file():
+        raw = json.loads(path.read_text())
+        try:
+            return (GemmaSizes(**raw["paligemma"]), GemmaSizes(**raw["action_expert"]), VisionSizes(**raw["vision"]))
+        except (KeyError, TypeError) as exc:
+            raise InvalidArgument(f"{path}: needs 'paligemma', 'action_expert' and 'vision' sizes ({exc})") from None
+    out = []
+    for key, default in (("paligemma_variant", "gemma_2b"), ("action_expert_variant", "gemma_300m")):
+        variant = str(ckpt.config.get(key, default))
+        if variant not in GEMMA_VARIANTS:
+            raise InvalidArgument(f"{ckpt.path}/config.json: {key} {variant!r} is not one of {sorted(GEMMA_VARIANTS)}")
+        out.append(GEMMA_VARIANTS[variant])
+    return out[0], out[1], VisionSizes()
+
+
+def resize_with_pad(img: Tensor, height: int, width: int) -> Tensor:
+    """LeRobot's ``resize_with_pad_torch`` on ``(1, 3, H, W)`` images in [0, 1]: bilinear, aspect kept,
+    clamped to [-1, 1], centred, padded with -1 (which the [-1, 1] rescale then turns into -3, as LeRobot's)."""
+    h, w = img.shape[2:]
+    ratio = max(w / width, h / height)
+    rh, rw = int(h / ratio), int(w / ratio)
+    img = F.interpolate(img.contiguous(memory_format=torch.channels_last), size=(rh, rw), mode="bilinear",
+                        align_corners=False).clamp(-1.0, 1.0)
+    top, left = (height - rh) // 2, (width - rw) // 2
+    return F.pad(img, (left, width - rw - left, top, height - rh - top), value=-1.0)
+
+
+class PI0Policy(LanguageInstruction, PolicyModule):
+    """A LeRobot π0 or π0.5 checkpoint as a ``PolicyModule`` (see the module doc for its state)."""
+
+    PREFIX = "policy.pi0."
+    KEY = PREFIX + "kv.k."
+    VALUE = PREFIX + "kv.v."
+    PREFIX_LEN = PREFIX + "prefix_len"
+    IMAGES = PREFIX + "images"
+    STATE_VEC = PREFIX + "state"
+    LANG = PREFIX + "lang_tokens"
+    LANG_LEN = PREFIX + "lang_len"
+    QUEUE = PREFIX + "queue"
+    LEFT = PREFIX + "queue_left"
+    RNG_SEED = RNG_SEED
+    PLANS = "policy.rng.plans"
+    #: checkpoint weights inference never reads (the two language heads); accepted when present
+    OPTIONAL_WEIGHTS = ("model.paligemma_with_expert.paligemma.lm_head.weight",
+                        "model.paligemma_with_expert.gemma_expert.lm_head.weight")
+    #: PaliGemma ties its head to the embeddings: safetensors may keep only ``lm_head``
+    TIED_WEIGHTS = {"model.paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight":
+                    "model.paligemma_with_expert.paligemma.lm_head.weight"}
+
+    def __init__(self, cfg: PI0Config, ckpt: LeRobotCheckpoint | None = None,
+                 tokenizer: TokenizerSettings = TokenizerSettings(PALIGEMMA_TOKENIZER),
+                 tokenizer_file: Path | None = None, instruction: str = "") -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.obs_dim, self.act_dim = cfg.state_dim, cfg.action_dim
+        self.tokenizer_settings, self.tokenizer_file = tokenizer, tokenizer_file
+        self.model = PiModel(cfg.vision, cfg.image_resolution[0], cfg.vlm, cfg.expert, pi05=cfg.pi05,
+                             max_state_dim=cfg.max_state_dim, max_action_dim=cfg.max_action_dim)
+        self.norm = PolicyNormalization(ckpt)
+        self.prompt = StatePrompt(self.tokenizer(), cfg.tokenizer_max_length, cfg.state_width) if cfg.pi05 else None
+        # the Euler times 1, 1 - 1/K, ... as LeRobot forms them (float32), embedded in float64 once
+        self.dt = -1.0 / cfg.num_inference_steps
+        times = torch.tensor([1.0 + s * self.dt for s in range(cfg.num_inference_steps)], dtype=torch.float32)
+        self.register_buffer("time_embeddings", sinusoidal_time(times.to(torch.float64), cfg.expert.width,
+                                                                cfg.min_period, cfg.max_period), persistent=False)
+        # the expert's own attention: π0's state token (block 1) sees itself, the actions (block 2) see
+        # the state and each other; π0.5's actions see each other
+        blocks = torch.tensor(([] if cfg.pi05 else [1]) + [2] * cfg.chunk_size)
+        self.register_buffer("suffix_mask", blocks[None, :] <= blocks[:, None], persistent=False)
+        self.set_default_instruction(instruction)
+
+    # --- contract ---------------------------------------------------------------------------
+    def input_features(self) -> dict[str, FeatureSpec]:
+        return feature_specs(self.cfg)
+
+    def config(self) -> dict:
+        return {"type": "pi05" if self.cfg.pi05 else "pi0", **jsonable(asdict(self.cfg))}
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The language model's dtype (the prefix KV and image tokens are kept in it)."""
+        return self.model.language_model.layers[0].self_attn.q_proj.weight.dtype
+
+    def cast(self, dtype: torch.dtype) -> None:
+        """The networks in ``dtype`` (``cast_networks``), keeping in float32 what LeRobot keeps in float32 in
+        bf16 mode (norms, patch and position embeddings, the projections around the expert); the RoPE
+        frequencies, time embeddings and normalisation statistics are not cast at all."""
+        if dtype not in (torch.float32, torch.bfloat16):
+            raise InvalidArgument(f"π0 runs in float32 or bfloat16, not {dtype}")
+        self.model.to(dtype=dtype)
+        keep = ("patch_embedding", "position_embedding", "input_layernorm", "post_attention_layernorm",
+                "model.norm", "action_in_proj", "action_out_proj", "state_proj", "time_mlp")
+        for name, module in self.model.named_modules():
+            if any(k in name for k in keep) and next(module.children(), None) is None:
+                module.float()
+        for stack in (self.model.language_model, self.model.expert):
+            stack.inv_freq = rope_inv_freq(self.cfg.vlm.head_dim, self.cfg.vlm.rope_theta).to(stack.inv_freq.device)
+
+    def state_specs(self) -> list[BufferSpec]:
+        c = self.cfg
+        kv_shape = (c.prefix_capacity, c.vlm.num_kv_heads, c.vlm.head_dim)
+        return self.prefix_specs(c.vlm.depth, kv_shape, "language model") + [
+            BufferSpec(self.IMAGES, (c.image_rows, c.vlm.width), self.dtype, group="observation",
+                       doc="image tokens of the last replan (vision tower + projector)"),
+            BufferSpec(self.STATE_VEC, (c.state_width,), torch.float32, group="observation",
+                       doc="normalised, zero-padded state of the last replan"),
+        ] + self.episode_specs("instruction token ids, right-padded (π0.5: the prompt's head)")
+
+    # --- instruction (``LanguageInstruction``) -------------------------------------------------
+    def instruction_ids(self, text: str) -> list[int]:
+        """π0: the instruction's tokens with a newline (LeRobot's ``Pi0NewLineProcessor``); π0.5: the
+        prompt's ``"Task: ..., State:"`` head, checked to join with the state tokens (``StatePrompt``)."""
+        if self.prompt is None:
+            return super().instruction_ids(text)
+        return self.prompt.head_ids(text)
+
+    # --- steps ------------------------------------------------------------------------------------
+    def action_queue(self) -> ActionQueue:
+        """Replan-or-pop on the host; a pop reads no observation; the stored prefix can be redrawn from and
+        the stored observation re-planned from."""
+        return ActionQueue(self.LEFT, self.cfg.n_action_steps, pop_reads_observation=False,
+                           redraw_context=self.PREFIX_LEN, replans_from_context=True)
+
+    def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
+                         replan: bool | None = None) -> Tensor:
+        """``replan`` (the engine's choice): plan a chunk, then pop; else only pop (no network)."""
+        if replan is None:
+            raise InvalidArgument("π0: the caller decides replan (see action_queue)")
+        if replan:
+            self.plan(observation, arena)
+        return self.norm.action(pop_queue(arena[self.QUEUE], arena[self.LEFT]))
+
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
+        """Encode the observation, prefill the prefix KV, denoise a chunk with the next noise draw."""
+        self.encode_observation(observation, arena)
+        self.prefill_from_context(arena)
+        self.denoise(arena, arena[self.PLANS])
+        arena[self.PLANS].add_(1)
+
+    def redraw_chunk(self, arena: StateArena) -> None:
+        """The noise stream's first chunk over the stored prefix (``PolicyEngine.redraw``; no network but the expert)."""
+        arena[self.PLANS].zero_()
+        self.denoise(arena, arena[self.PLANS])
+        arena[self.PLANS].add_(1)
+
+    def replan_from_context(self, arena: StateArena) -> None:
+        """The last chunk planned again from the stored image tokens and state with the current instruction and
+        the same noise draw (``PolicyEngine.replan_from_context``): the language model and the expert run, the
+        vision tower does not. Equal to the plan a replanning step with this instruction made."""
+        self.prefill_from_context(arena)
+        self.denoise(arena, (arena[self.PLANS] - 1).clamp(min=0))
+
+    def planned_actions(self, arena: StateArena) -> Tensor:
+        """The queued actions after the one just taken, unnormalised ``(left, action_dim)`` (host read)."""
+        n = self.cfg.n_action_steps
+        left = max(0, min(n, int(arena[self.LEFT].item())))
+        return self.norm.action(arena[self.QUEUE][n - left:])
+
+    # --- network ------------------------------------------------------------------------------------
+    def encode_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
+        """Each camera through the vision tower and projector into ``images``; the state into ``state``."""
+        c, m = self.cfg, self.model
+        side = c.image_resolution
+        vision = m.vision
+        n = c.image_tokens
+        for i, cam in enumerate(c.cameras):
+            img = self.norm.input(cam, observation[cam].unsqueeze(0))
+            if tuple(img.shape[2:]) != side:
+                img = resize_with_pad(img, *side)
+            x = vision.embeddings((img * 2.0 - 1.0).to(vision.embeddings.patch_embedding.weight.dtype))
+            x = x.to(vision.post_layernorm.weight.dtype)
+            for layer in vision.encoder.layers:
+                x = layer(x)
+            x = vision.post_layernorm(x)
+            proj = m.paligemma_with_expert.paligemma.model.multi_modal_projector.linear
+            arena[self.IMAGES][i * n:(i + 1) * n].copy_(proj(x.to(proj.weight.dtype))[0])
+        state = self.norm.input(STATE, observation[STATE])
+        arena[self.STATE_VEC].copy_(F.pad(state, (0, c.state_width - c.state_dim)))
+
+    def language_tokens(self, arena: StateArena) -> tuple[Tensor, Tensor]:
+        """The prefix's token ids ``(max_length,)`` and length: π0 the instruction, π0.5 the prompt."""
+        if self.prompt is None:
+            return arena[self.LANG], arena[self.LANG_LEN]
+        return self.prompt.build(arena[self.LANG], arena[self.LANG_LEN], arena[self.STATE_VEC])
+
+    def prefill_from_context(self, arena: StateArena) -> None:
+        """The language model over the stored image tokens and the instruction: each layer's KV into the arena."""
+        c, lm = self.cfg, self.model.language_model
+        ids, length = self.language_tokens(arena)
+        lang = lm.embed_tokens(ids)
+        lang = lang * math.sqrt(lang.shape[-1])
+        x = torch.cat([arena[self.IMAGES], lang])
+        dev = x.device
+        valid = torch.cat([torch.ones(c.image_rows, dtype=torch.bool, device=dev),
+                           torch.arange(c.tokenizer_max_length, device=dev) < length])
+        mask = valid[None, :].expand(c.prefix_capacity, c.prefix_capacity)   # bidirectional over valid tokens
+        cos, sin = lm.rope(torch.arange(c.prefix_capacity, device=dev), x.dtype)
+        for i, layer in enumerate(lm.layers):
+            q, k, v, _ = layer.qkv(x, cos, sin)
+            arena[f"{self.KEY}{i}"].copy_(torch.where(valid[:, None, None], k, 0))
+            arena[f"{self.VALUE}{i}"].copy_(torch.where(valid[:, None, None], v, 0))
+            if i + 1 < len(lm.layers):                 # the last layer's output is never used
+                x = layer.finish(x, gqa_attention(q, k, v, mask), None)
+        arena[self.PREFIX_LEN].copy_(c.image_rows + length)
+
+    def denoise(self, arena: StateArena, counter: Tensor) -> None:
+        """``num_inference_steps`` Euler steps from plan ``counter``'s noise over the stored prefix; refill the queue."""
+        c, m = self.cfg, self.model
+        x = normal(arena[self.RNG_SEED], counter, c.chunk_size * c.max_action_dim).view(c.chunk_size,
+                                                                                         c.max_action_dim)
+        prefix_len = arena[self.PREFIX_LEN]
+        dev = x.device
+        prefix_mask = (torch.arange(c.prefix_capacity, device=dev) < prefix_len)[None, :]
+        mask = torch.cat([prefix_mask.expand(c.suffix_len, c.prefix_capacity), self.suffix_mask], dim=1)
+        cos, sin = m.expert.rope(prefix_len + torch.arange(c.suffix_len, device=dev), self.dtype)
+        kv = [(arena[f"{self.KEY}{i}"], arena[f"{self.VALUE}{i}"]) for i in range(c.expert.depth)]
+        state = None if c.pi05 else m.state_proj(arena[self.STATE_VEC][None, :].to(m.state_proj.weight.dtype))
+        for s in range(c.num_inference_steps):
+            x = x + self.dt * self.velocity(x, s, state, kv, mask, cos, sin)
+        arena[self.QUEUE].copy_(x[: c.n_action_steps, : c.action_dim])
+        arena[self.LEFT].fill_(c.n_action_steps)
+
+    def velocity(self, x: Tensor, step: int, state: Tensor | None, kv: list[tuple[Tensor, Tensor]], mask: Tensor,
+                 cos: Tensor, sin: Tensor) -> Tensor:
+        """The expert's velocity ``v_t (chunk, max_action_dim)`` at Euler step ``step`` (float32)."""
+        m = self.model
+        a = m.action_in_proj(x.to(m.action_in_proj.weight.dtype))
+        t = self.time_embeddings[step].to(a.dtype)[None, :]
+        if self.cfg.pi05:
+            cond = F.silu(m.time_mlp_out(F.silu(m.time_mlp_in(t))))
+            h = a
+        else:
+            cond = None
+            fused = m.action_time_mlp_out(F.silu(m.action_time_mlp_in(torch.cat([a, t.expand_as(a)], dim=-1))))
+            h = torch.cat([state.to(fused.dtype), fused])
+        h = h.to(self.dtype)
+        for i, layer in enumerate(m.expert.layers):
+            q, k, v, gate = layer.qkv(h, cos, sin, cond)
+            pk, pv = kv[i]
+            y = gqa_attention(q, torch.cat([pk, k]), torch.cat([pv, v]), mask)
+            h = layer.finish(h, y, gate, cond)
+        out, _ = m.expert.norm(h, cond)
+        out = out[-self.cfg.chunk_size:].to(torch.float32)
+        return m.action_out_proj(out.to(m.action_out_proj.weight.dtype)).to(torch.float32)
+
+
+# --- loading -------------------------------------------------------------------------------
+
+def build_pi0(ckpt: LeRobotCheckpoint, instruction: str = "") -> PI0Policy:
+    """Our π0 / π0.5 for a checkpoint (weights not yet loaded)."""
+    settings = tokenizer_settings(ckpt, default_name=PALIGEMMA_TOKENIZER)
+    cfg = PI0Config.from_checkpoint(ckpt, settings)
+    file = tokenizer_file(ckpt, settings)
+    if cfg.pi05 and file is None:
+        raise InvalidArgument(f"π0.5 writes the state into its prompt and needs the checkpoint's tokenizer: put the "
+                              f"tokenizer.json of {settings.name!r} into {ckpt.path}")
+    return PI0Policy(cfg, ckpt, settings, file, instruction)

@@ -1,0 +1,115 @@
+"""LeRobot's π0 / π0.5 timed over whole episodes, in the reference process (``benchmarks/pi0.py``).
+
+``python -m pi_reference.bench SPEC.json`` loads a checkpoint that
+``pi_reference.reference`` wrote into LeRobot's policy with the spec's ``dtype``
+(LeRobot's own precision switch) and ``compile_model`` (its ``torch.compile`` of
+``sample_actions``), preprocesses the spec's observations (not timed), then runs
+``warmup + episodes`` episodes of ``steps`` ``select_action`` calls from a
+``reset()``, each call timed up to a synchronisation, and one more episode whose
+noise is our counter stream's (seed 0) with its post-processed actions kept, for
+the benchmark to compare with ours. Writes the times, the actions and the peak
+device memory to the spec's ``out`` file (JSON + safetensors).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def load_policy(directory: Path, kind: str, dtype: str, compile_model: bool, compile_mode: str, device: str):
+    """LeRobot's policy for the checkpoint: built at its sizes, weights loaded (the tied language head too)."""
+    from lerobot.configs.policies import PreTrainedConfig
+    from safetensors.torch import load_file
+
+    from pi_reference.reference import _reduce
+    if kind == "pi05":
+        from lerobot.policies.pi05 import modeling_pi05 as modeling
+    else:
+        from lerobot.policies.pi0 import modeling_pi0 as modeling
+    _reduce(modeling, json.loads((directory / "pi_sizes.json").read_text()))
+    config = PreTrainedConfig.from_pretrained(str(directory))
+    config.dtype, config.compile_model, config.compile_mode, config.device = dtype, compile_model, compile_mode, "cpu"
+    policy = (modeling.PI05Policy if kind == "pi05" else modeling.PI0Policy)(config)
+    weights = load_file(str(directory / "model.safetensors"))
+    missing, unexpected = policy.load_state_dict(weights, strict=False)
+    tied = "model.paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
+    if unexpected or set(missing) - {tied}:
+        raise RuntimeError(f"checkpoint does not match: missing {missing[:4]}, unexpected {unexpected[:4]}")
+    return policy.to(device).eval(), config
+
+
+def main(spec_path: str) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from lerobot_reference import processors
+    from pi_reference.reference import _install, plan_noise
+    _install()
+    spec = json.loads(Path(spec_path).read_text())
+    directory, device = Path(spec["directory"]), torch.device(spec["device"])
+    if spec.get("no_tf32", True):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    policy, config = load_policy(directory, spec["kind"], spec["dtype"], spec["compile_model"],
+                                 spec.get("compile_mode", "max-autotune"), spec["device"])
+    pre, post = processors(config, directory)
+    raw = load_file(spec["observations"])
+    n_obs = int(raw["n"])
+    obs = [{k.split("/", 1)[1]: v for k, v in raw.items() if k.startswith(f"{i}/")} for i in range(n_obs)]
+    batches = []
+    for o in obs:
+        batch = pre({**o, "task": spec["task"]})
+        batches.append({k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def episode(steps: int, keep: bool = False) -> dict:
+        times, replans, actions = [], [], []
+        t_start = time.perf_counter()
+        with torch.no_grad():
+            policy.reset()
+            for i in range(steps):
+                replans.append(len(policy._action_queue) == 0)
+                t0 = time.perf_counter()
+                action = policy.select_action(dict(batches[i % len(batches)]))
+                sync()
+                times.append((time.perf_counter() - t0) * 1e3)
+                if keep:
+                    actions.append(post(action.float().cpu())[0])
+        out = {"episode_ms": (time.perf_counter() - t_start) * 1e3, "times": times, "replans": replans}
+        if keep:
+            out["actions"] = torch.stack(actions)
+        return out
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    plans = [0]
+
+    def counter_noise(shape, dev):
+        plans[0] += 1
+        return plan_noise(0, plans[0] - 1, config).to(dev)
+    runs, first_episode_ms = [], None
+    for i in range(spec["warmup"] + spec["episodes"]):
+        e = episode(spec["steps"])
+        if i == 0:
+            first_episode_ms = e["episode_ms"]                              # compilation included
+        if i >= spec["warmup"]:
+            runs.append(e)
+        print(f"[pi_bench] {spec['name']}: episode {i} {e['episode_ms']:.1f} ms", flush=True)
+    policy.model.sample_noise = counter_noise           # the checked episode: our noise stream, seed 0
+    checked = episode(spec["check_steps"], keep=True)
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
+    out = Path(spec["out"])
+    save_file({"actions": checked.pop("actions").contiguous()}, str(out.with_suffix(".safetensors")))
+    out.write_text(json.dumps({"name": spec["name"], "runs": runs, "peak_bytes": peak,
+                               "first_episode_ms": first_episode_ms}, indent=1))
+    print(f"[pi_bench] {spec['name']}: done, peak {peak / 2**30:.2f} GiB", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
