@@ -384,6 +384,7 @@ class FlashRTNode(LifecycleNode):
         if self._policy_io is None:
             raise InvalidArgument("pause applies to engine_kind=policy")
         self._policy_io.paused = True
+        self._policy_io.drop_pending_plan()
         resp.message = "policy paused at a boundary"
 
     def _do_resume(self, capsules: Any, req: Any, resp: Any) -> None:
