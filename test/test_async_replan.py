@@ -30,20 +30,35 @@ def run(e: PolicyEngine, obs: list) -> list[torch.Tensor]:
 
 
 def test_actions_follow_the_timing_model(tmp_path):
-    """ACT, 5 queued actions, delay 2: the first chunk is planned in step 0; a plan launches at the end
-    of a step that leaves 2 queued (steps 2, 4, 6, ...) from that step's observation, and two steps
-    later its action 2 runs: step 4 runs chunk(obs 2)[2], step 5 chunk(obs 2)[3], step 6 chunk(obs 4)[2]."""
+    """ACT, chunk 8 with 5 queued, delay 2: the first chunk is planned in step 0; a plan launches at the end
+    of a step that leaves 2 queued (steps 2, 6, 10) from that step's observation, and two steps later
+    the queue holds its actions 2..6 (the chunk's 6th and 7th are predicted beyond the 5 it queues):
+    steps 4-7 run chunk(obs 2)[2..5], steps 8-11 chunk(obs 6)[2..5], a plan every 5 - 1 steps."""
     policy = tiny_act(seed=1)
     obs = episode_observations(policy, 14, seed=3)
     e = engine(policy, tmp_path, delay_steps=2)
     actions = run(e, obs)
     with torch.no_grad():
-        chunks = [policy.norm.action(policy.predict_chunk(o)[:5].float()) for o in obs]
-    expected = [chunks[0][t] for t in range(4)] + [chunks[t - t % 2 - 2][2 + t % 2] for t in range(4, 14)]
+        chunks = [policy.norm.action(policy.predict_chunk(o).float()) for o in obs]
+    expected = [chunks[0][t] for t in range(4)] + [chunks[4 * ((t - 4) // 4) + 2][2 + (t - 4) % 4]
+                                                   for t in range(4, 14)]
     assert (chunks[2][2] - chunks[0][4]).abs().max() > 1e-3, "the policy's chunks differ (a test that can fail)"
     assert all(torch.equal(a, b) for a, b in zip(actions, expected))
     counts = e.replan_status()
-    assert counts["launched"] == 6 and counts["merged"] == 5 and counts["held"] == 0
+    assert counts["launched"] == 3 and counts["merged"] == 3 and counts["held"] == 0
+
+
+def test_a_merge_late_by_more_than_the_lookahead_queues_what_is_left(tmp_path):
+    """Delay 5 with 5 queued of a chunk of 8: merged at its action 5, the chunk has 3 actions left (5..7)."""
+    policy = tiny_act(seed=1)
+    obs = episode_observations(policy, 10, seed=3)
+    e = engine(policy, tmp_path, delay_steps=5)
+    actions = run(e, obs[:8])
+    with torch.no_grad():
+        chunk0 = policy.norm.action(policy.predict_chunk(obs[0]).float())
+    # after step 0 four are left (<= 5): launched from obs 0, due at step 0 + min(5, 5) = 5, at its action 5
+    assert all(torch.equal(actions[t], chunk0[t]) for t in range(8))
+    assert e.replan_status()["merged"] == 1 and e._left.get() == 0
 
 
 def test_the_control_thread_never_runs_the_network_after_the_first_chunk(tmp_path, monkeypatch):
@@ -62,14 +77,14 @@ def test_a_capsule_taken_with_a_chunk_in_flight_continues_bit_identically(tmp_pa
     policy = make()
     obs = episode_observations(policy, 30, seed=4)
     e = engine(policy, tmp_path, delay_steps=3)
-    run(e, obs[:9])
+    run(e, obs[:7])
     launched = e.replan_status()["launched"]
     assert int(e.arena[ACTIVE]) == 1, "a plan is in flight at the snapshot"
     e.capsules.snapshot("mid")
     assert int(e.arena[READY]) == 1, "the snapshot waited for the plan and holds its result"
-    first = run(e, obs[9:])
+    first = run(e, obs[7:])
     e.capsules.restore("mid")
-    again = run(e, obs[9:])
+    again = run(e, obs[7:])
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert e.replan_status()["launched"] > launched + 1
 

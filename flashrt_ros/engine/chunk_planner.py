@@ -13,8 +13,11 @@ Timing model (control steps, not wall time, so it replays exactly):
   stream on a GPU). The new chunk's action ``i`` belongs to step ``k + i``.
 * merge: at the start of step ``k + d`` (``d``: the delay in steps, fixed or
   from the measured turnaround) the planned buffers replace the live ones and
-  the queue resumes at action ``d``: the first ``d`` were for steps the robot
-  already ran from the old queue (LeRobot's ``ActionQueue.merge``). With
+  the queue holds the chunk's actions from action ``d`` on: the first ``d`` were
+  for steps the robot already ran from the old queue (LeRobot's async inference
+  drops them too). A policy that predicts more actions than it queues
+  (``ActionQueue.ahead``: ACT's chunk beyond ``n_action_steps``) still queues
+  ``refill`` of them, so a late merge does not make plans more frequent. With
   ``blend_steps`` the next actions are blended from the old chunk into the new.
   If the plan is not done by then, that step waits for it (counted: ``late``).
 * starvation: if the old queue runs dry before the merge, the step holds the
@@ -30,6 +33,7 @@ merged; a state rolled back to before its result arrived plans again.
 """
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import time
@@ -49,6 +53,7 @@ from flashrt_ros.runtime.errors import InvalidArgument
 MODES = ("sync", "async", "rtc")
 ACTIVE, READY, LAUNCH, MERGE = "async.active", "async.ready", "async.launch", "async.merge"
 COPY = "async.copy."        # + the name of each buffer a plan writes
+AHEAD = "async.ahead"       # the pending plan's actions after its queued ones
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,10 @@ def pending_specs(specs: list[BufferSpec], queue: ActionQueue) -> list[BufferSpe
         copies.append(BufferSpec(COPY + name, s.shape, s.dtype, group="async", live_axis=s.live_axis,
                                  length_from=COPY + s.length_from if s.length_from else None,
                                  doc=f"the pending plan's {name}"))
+    if queue.ahead:
+        chunk = by_name[queue.chunk]
+        copies.append(BufferSpec(AHEAD, (queue.ahead, *chunk.shape[1:]), chunk.dtype, group="async",
+                                 doc="the pending plan's actions after its queued ones"))
     return [scalar(ACTIVE, "1 while a planned chunk waits to be merged"),
             scalar(READY, "1 once its result is in the async.copy buffers"),
             scalar(LAUNCH, "position after the step that launched it"),
@@ -115,6 +124,7 @@ class ChunkPlanner:
         self.guide_left = torch.zeros((), dtype=torch.int64, device=self.device)
         self.guide_weights = torch.zeros(max(queue.chunk_size, queue.refill), dtype=torch.float32,
                                          device=self.device)
+        self.ahead = (torch.zeros_like(self.private[AHEAD]) if queue.ahead else None)
         pool = torch.cuda.graph_pool_handle() if cuda_graph else None     # never shared: runs beside the steps
         self.runner = StepRunner(self._body, self.private, enabled=cuda_graph, pool=pool)
         self.planned = planned_buffers(queue)
@@ -133,6 +143,7 @@ class ChunkPlanner:
         if self._stream is None:
             self._thread = threading.Thread(target=self._serve, daemon=True, name="flashrt-planner")
             self._thread.start()
+            atexit.register(self.close)      # an engine never closed: the worker still ends before torch does
 
     # --- the plan -----------------------------------------------------------------------
     def _body(self) -> None:
@@ -141,7 +152,7 @@ class ChunkPlanner:
             if self.cfg.mode == "rtc":
                 guide = Guidance(self.private[self.queue.chunk], self.guide_left, self.guide_weights,
                                  self.cfg.rtc_max_weight)
-            self.policy.plan(self.inputs, self.private, guide)
+            self.policy.plan(self.inputs, self.private, guide, self.ahead)
 
     def capture(self) -> int:
         """Capture the plan as a CUDA graph now (on the private arena; changes nothing)."""
@@ -204,6 +215,8 @@ class ChunkPlanner:
             torch.cuda.current_stream(self.device).wait_stream(self._stream)
         for name in self.planned:
             self.live[COPY + name].copy_(self.private[name])
+        if self.ahead is not None:
+            self.live[AHEAD].copy_(self.ahead)
         self.live[READY].fill_(1)
 
     def _finish(self) -> None:
@@ -235,11 +248,14 @@ class ChunkPlanner:
             self._done.set()
 
     def close(self) -> None:
+        """End the worker thread (after the plan it runs, if any). Idempotent."""
         if self._thread is not None:
             with self._wake:
                 self._closed = True
                 self._wake.notify()
             self._thread.join(5)
+            atexit.unregister(self.close)
+            self._thread = None
 
 
 def blend(new: torch.Tensor, old: torch.Tensor, new_start: int, old_start: int, old_left: int, steps: int) -> int:

@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 import flashrt_ros
-from flashrt_ros.engine.chunk_planner import (ACTIVE, COPY, LAUNCH, MERGE, READY, ChunkPlanner, ReplanConfig,
+from flashrt_ros.engine.chunk_planner import (AHEAD, ACTIVE, COPY, LAUNCH, MERGE, READY, ChunkPlanner, ReplanConfig,
                                               blend, pending_specs)
 from flashrt_ros.engine.graphs import StepRunner
 from flashrt_ros.engine.host_mirror import HostMirror
@@ -257,17 +257,25 @@ class PolicyEngine:
             self._merge(pos, launch)
 
     def _merge(self, pos: int, launch: int) -> None:
-        """The planned chunk replaces the queue at its action for this step (``pos - launch + 1``)."""
+        """The planned chunk replaces the queue from its action for this step (``pos - launch + 1``) on:
+        up to ``refill`` of the chunk's actions (its queued ones, then those ``ahead``), placed so that the
+        next pops read them."""
         q, refill = self._queue, self._queue.refill
         index = pos - launch + 1
         old_left = self._left.get()
         old = self.arena[q.chunk].clone() if self.replan.blend_steps else None
         for name in self._planner.planned:
-            self.arena[name].copy_(self.arena[COPY + name])
-        new_left = max(refill - index, 0)
+            if name != q.chunk:
+                self.arena[name].copy_(self.arena[COPY + name])
+        planned = self.arena[COPY + q.chunk]
+        if AHEAD in self.arena:
+            planned = torch.cat([planned, self.arena[AHEAD]])
+        new_left = max(min(refill, planned.shape[0] - index), 0)
+        if new_left:
+            self.arena[q.chunk][refill - new_left:].copy_(planned[index:index + new_left])
         self.arena[q.left].fill_(new_left)
         if old is not None and new_left:
-            blend(self.arena[q.chunk], old, index, refill - old_left, old_left, self.replan.blend_steps)
+            blend(self.arena[q.chunk], old, refill - new_left, refill - old_left, old_left, self.replan.blend_steps)
         self.arena[ACTIVE].zero_()
         self.arena[READY].zero_()
         self._left.keep(new_left)

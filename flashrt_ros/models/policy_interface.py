@@ -78,6 +78,7 @@ class ActionQueue:
     chunk: str | None = None             # the queue buffer (refill, action_dim); None: no async replanning
     planned: tuple[str, ...] = ()        # other buffers ``plan`` writes (prefix KV, noise counter, ...)
     chunk_size: int = 0                  # the planned chunk's length (>= refill; RTC's weights cover it)
+    ahead: int = 0                       # actions a plan predicts after the queued ones (``plan``'s ``ahead``)
 
 
 @dataclass(frozen=True)
@@ -142,11 +143,14 @@ class PolicyModule(nn.Module):
     #: ``plan`` takes a ``Guidance`` (Real-Time Chunking; flow-matching policies).
     supports_guidance = False
 
-    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: "Guidance | None" = None) -> None:
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: "Guidance | None" = None,
+             ahead: Tensor | None = None) -> None:
         """Plan a new chunk from ``observation`` and the state into the queue (``left = refill``), without
         popping and without this step's per-step updates (they already ran): the engine's asynchronous
         replanning runs it on a copy of the state. Writes only ``ActionQueue.chunk``, ``left`` and
-        ``ActionQueue.planned``. ``guide``: Real-Time Chunking (``supports_guidance`` policies only)."""
+        ``ActionQueue.planned``. ``guide``: Real-Time Chunking (``supports_guidance`` policies only).
+        ``ahead``: a ``(ActionQueue.ahead, action_dim)`` buffer for the chunk's actions after the queued
+        ones, as the queue stores them: a plan merged ``d`` steps late still has ``refill`` actions."""
         raise NotImplementedError
 
     def redraw_chunk(self, arena: StateArena) -> None:

@@ -432,7 +432,10 @@ class DiffusionPolicy(PolicyModule):
         return x[0]
 
     def action_queue(self) -> ActionQueue:
-        return ActionQueue(self.LEFT, self.cfg.n_action_steps, chunk=self.QUEUE, planned=(self.PLANS,))
+        c = self.cfg
+        return ActionQueue(self.LEFT, c.n_action_steps, chunk=self.QUEUE, planned=(self.PLANS,),
+                           chunk_size=c.horizon - (c.n_obs_steps - 1),
+                           ahead=c.horizon - (c.n_obs_steps - 1) - c.n_action_steps)
 
     def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
                          replan: bool | None = None) -> Tensor:
@@ -455,7 +458,8 @@ class DiffusionPolicy(PolicyModule):
             self.plan(observation, arena)
         return self.norm.action(pop_queue(arena[self.QUEUE], arena[self.LEFT]))
 
-    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: Guidance | None = None) -> None:
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: Guidance | None = None,
+             ahead: Tensor | None = None) -> None:
         """A new chunk into the queue from the observation history (this step already added its
         observation): the reverse process from this plan's noise, the executed window of it queued."""
         if guide is not None:
@@ -472,6 +476,8 @@ class DiffusionPolicy(PolicyModule):
         chunk = self.denoise(cond, arena[self.RNG_SEED], plans, supplied)
         start = c.n_obs_steps - 1
         arena[self.QUEUE].copy_(chunk[start:start + c.n_action_steps])
+        if ahead is not None:
+            ahead.copy_(chunk[start + c.n_action_steps:start + c.n_action_steps + ahead.shape[0]])
         plans.add_(1)
         arena[self.LEFT].fill_(c.n_action_steps)
 

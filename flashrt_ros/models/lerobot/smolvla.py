@@ -253,7 +253,8 @@ class SmolVLAPolicy(PolicyModule):
         kv = tuple(f"{name}{i}" for i in range(self.cfg.num_vlm_layers) for name in (self.KEY, self.VALUE))
         return ActionQueue(self.LEFT, self.cfg.n_action_steps, pop_reads_observation=False,
                            redraw_context=self.PREFIX_LEN, chunk=self.QUEUE,
-                           planned=(*kv, self.PREFIX_LEN, self.PLANS), chunk_size=self.cfg.chunk_size)
+                           planned=(*kv, self.PREFIX_LEN, self.PLANS), chunk_size=self.cfg.chunk_size,
+                           ahead=self.cfg.chunk_size - self.cfg.n_action_steps)
 
     #: Real-Time Chunking: ``plan`` takes a ``Guidance`` (``flashrt_ros.models.rtc``).
     supports_guidance = True
@@ -267,11 +268,12 @@ class SmolVLAPolicy(PolicyModule):
             self.plan(observation, arena)
         return self.norm.action(pop_queue(arena[self.QUEUE], arena[self.LEFT]))
 
-    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: Guidance | None = None) -> None:
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: Guidance | None = None,
+             ahead: Tensor | None = None) -> None:
         """Prefill the prefix KV from the observation and instruction, denoise a chunk (pulled toward
         ``guide``'s leftover with Real-Time Chunking), refill the queue."""
         self.prefill(observation, arena)
-        self.denoise(arena, guide)
+        self.denoise(arena, guide, ahead)
 
     def redraw_chunk(self, arena: StateArena) -> None:
         """The noise stream's first chunk over the stored prefix (``PolicyEngine.redraw``; no VLM run)."""
@@ -295,7 +297,7 @@ class SmolVLAPolicy(PolicyModule):
             arena[f"{self.VALUE}{i}"].copy_(torch.where(keep[:, None, None], v[order], 0))
         arena[self.PREFIX_LEN].copy_(valid.sum())
 
-    def denoise(self, arena: StateArena, guide: Guidance | None = None) -> None:
+    def denoise(self, arena: StateArena, guide: Guidance | None = None, ahead: Tensor | None = None) -> None:
         """``num_steps`` Euler steps of the flow from this plan's noise over the stored prefix; refill the queue.
 
         ``guide``: Real-Time Chunking (LeRobot's ``RTCProcessor`` arithmetic, ``models.rtc``)."""
@@ -318,6 +320,8 @@ class SmolVLAPolicy(PolicyModule):
                 v_t = guided_velocity(x, 1.0 + s * self.dt, v_t, target, guide.weights, guide.max_weight)
             x = x + self.dt * v_t
         arena[self.QUEUE].copy_(x[: c.n_action_steps, : c.action_dim])
+        if ahead is not None:
+            ahead.copy_(x[c.n_action_steps:c.n_action_steps + ahead.shape[0], : c.action_dim])
         arena[self.LEFT].fill_(c.n_action_steps)
         plans.add_(1)
 
