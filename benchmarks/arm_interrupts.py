@@ -93,10 +93,7 @@ class ArmEpisodes:
         self.sim.close()
 
     def _observation(self) -> dict[str, torch.Tensor]:
-        s = self.sim
-        return {STATE: torch.tensor(np.concatenate([s.joint_positions(), s.joint_velocities()]),
-                                    dtype=torch.float32),
-                ENV_STATE: torch.tensor(s.target_xy(), dtype=torch.float32)}
+        return arm_observation(self.sim)
 
     def _policy_reset(self, seed: int) -> None:
         if self.seeded:
@@ -158,6 +155,13 @@ class ArmEpisodes:
 
 
 # --- statistics -----------------------------------------------------------------------
+def arm_observation(sim: ArmSim) -> dict[str, torch.Tensor]:
+    """What the trained arm policies observe: joint positions then velocities, and the target."""
+    return {STATE: torch.tensor(np.concatenate([sim.joint_positions(), sim.joint_velocities()]),
+                                dtype=torch.float32),
+            ENV_STATE: torch.tensor(sim.target_xy(), dtype=torch.float32)}
+
+
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95 % Wilson score interval of a success rate."""
     if n == 0:

@@ -65,11 +65,12 @@ def checkpoint_inputs(directory: Path) -> tuple[int, list[str]]:
 
 
 def start_node(ns: str, checkpoint: Path, rate: float, max_age: float, joints: list[str],
-               cameras: list[str], log_path: Path, capsules: Path, torch_threads: int = 0) -> Any:
+               cameras: list[str], log_path: Path, capsules: Path, torch_threads: int = 0,
+               replan: str = "sync") -> Any:
     import subprocess
     params = {"engine_kind": "policy", "policy": f"lerobot:{checkpoint}", "device": "cpu",
               "control_rate_hz": str(rate), "status_period_s": "0.5", "autostart": "true",
-              "max_observation_age_s": str(max_age),
+              "max_observation_age_s": str(max_age), "replan": replan,
               "capsule_directory": str(capsules), "input_state_topic": "''",
               "input_joint_state_topic": f"{ns}/joint_states",
               "input_joint_names": "[" + ", ".join(joints) + "]",
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from diagnostic_msgs.msg import DiagnosticArray
     from sensor_msgs.msg import Image, JointState
     from std_msgs.msg import Float64MultiArray
 
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     log_path = work / "node.log"
     load_before = os.getloadavg()
     proc = start_node(ns, checkpoint, args.rate, args.max_age, joints, cameras, log_path, work / "capsules",
-                      args.torch_threads)
+                      args.torch_threads, args.replan)
 
     rclpy.init()
     node = rclpy.create_node("robot_rate_sensors", namespace=ns)
@@ -131,6 +133,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          reliability=ReliabilityPolicy.RELIABLE)
     node.create_subscription(EngineStatus, f"{ns}/flashrt/status",
                              lambda m: statuses.append((time.monotonic(), m)), latched)
+    diagnostics: list[Any] = []                # the node's replan_* counts are on /diagnostics
+    node.create_subscription(DiagnosticArray, "/diagnostics",
+                             lambda m: diagnostics.extend(s for s in m.status if s.name.startswith(ns.lstrip("/"))),
+                             10)
     cams = [node.create_publisher(Image, f"{ns}/{c.rsplit('.', 1)[-1]}/image_raw", qos_profile_sensor_data)
             for c in cameras]
     joint_pub = node.create_publisher(JointState, f"{ns}/joint_states", qos_profile_sensor_data)
@@ -215,9 +221,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "checkpoint": str(args.checkpoint or f"built: ACT{' (smoke shapes)' if args.smoke else ''}, "
                           f"2 cameras, policy images {args.policy_hw[0]}x{args.policy_hw[1]}, "
                           f"dim_model {32 if args.smoke else args.dim_model}"),
+        "replan": args.replan, "replan_counts": replan_counts(diagnostics[-1]) if diagnostics else {},
         "torch_threads": args.torch_threads or "default", "load_avg_before": load_before, "load_avg_after": load_after, "cpus": os.cpu_count(),
         "node_log": str(log_path),
     }
+
+
+def replan_counts(status: Any) -> dict[str, str]:
+    """The node's ``replan_*`` diagnostics (plans launched, merged, held steps, late, dropped)."""
+    return {kv.key[len("replan_"):]: kv.value for kv in status.values if kv.key.startswith("replan_")}
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -236,6 +248,8 @@ def markdown(r: dict[str, Any]) -> str:
         ("policy step p50 / p99 (node)", f"{r['step_p50_ms']:.1f} / {r['step_p99_ms']:.1f} ms"),
         ("inputs", f"{r['cameras']} + JointState ({r['joints']} joints)"),
         ("policy", r["checkpoint"]),
+        ("replan", f"{r['replan']}" + (f" ({', '.join(f'{k} {v}' for k, v in r['replan_counts'].items())})"
+                                        if r["replan_counts"] else "")),
         ("machine", f"{r['cpus']} CPUs, load average {r['load_avg_before'][0]:.1f} before, "
                     f"{r['load_avg_after'][0]:.1f} after (1 min); node torch threads "
                     f"{r['torch_threads']}"),
@@ -258,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--torch-threads", type=int, default=0,
                    help="OMP_NUM_THREADS of the node (default: torch's choice, one per core)")
+    p.add_argument("--replan", choices=("sync", "async"), default="sync",
+                   help="the node's replan parameter (async: chunks planned beside the control loop)")
     p.add_argument("--smoke", action="store_true", help="a tiny built ACT (checks the script runs)")
     p.add_argument("--json", help="also write the result as JSON here")
     args = p.parse_args(argv)

@@ -17,6 +17,7 @@ import torch
 from flashrt_ros.runtime.errors import InvalidArgument
 
 if TYPE_CHECKING:
+    from flashrt_ros.engine.chunk_planner import ReplanConfig
     from flashrt_ros.engine.llm_engine import LLMEngine
     from flashrt_ros.engine.policy_engine import PolicyEngine
 
@@ -45,6 +46,18 @@ def capsule_directory(path: str) -> Path:
     directory = Path(os.path.expanduser(path)).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     return directory
+
+
+def replan_config(config: Any) -> "ReplanConfig":
+    """The policy engine's replanning settings from the node's parameters (sync when it has none)."""
+    from flashrt_ros.engine.chunk_planner import ReplanConfig
+    mode = getattr(config, "replan", "sync")
+    if mode == "sync":
+        return ReplanConfig()
+    return ReplanConfig(mode=mode, delay_steps=config.replan_delay_steps, blend_steps=config.replan_blend_steps,
+                        late=config.replan_late, period_s=1.0 / config.control_rate_hz,
+                        rtc_horizon=config.rtc_execution_horizon, rtc_schedule=config.rtc_prefix_attention_schedule,
+                        rtc_max_weight=config.rtc_max_guidance_weight)
 
 
 def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLMEngine", "PolicyEngine"]:
@@ -96,6 +109,6 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
         engine = PolicyEngine(policy, device=device, directory=str(directory),
                               rollback_depth=config.rollback_depth, default_tier=config.default_tier,
                               cuda_graph=device.type == "cuda", gate_timeout_s=config.boundary_timeout_s,
-                              **budgets)
+                              replan=replan_config(config), **budgets)
         return engine
     raise InvalidArgument(f"engine_kind must be llm or policy (got {config.engine_kind!r})")

@@ -25,6 +25,11 @@ encoded observation (``ActionQueue.replans_from_context``: π0's image tokens)
 gets a fourth, ``replan_from_context()``: the last chunk planned again with the
 current instruction, without the observation's encoder.
 
+Asynchronous replanning (``replan=ReplanConfig(mode="async" | "rtc")``): the next
+chunk is planned beside the control loop and merged a fixed number of steps later
+(``chunk_planner``); the control step then only pops, and the pending plan is part
+of the state capsules hold.
+
 Noise: ``capsules.reset()`` without a seed starts the episode from a seed drawn
 from the OS (``status()["episode_seed"]`` reports it, so the episode can be
 replayed with ``reset(seed=...)``); a freshly built engine starts from the
@@ -41,6 +46,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 import flashrt_ros
+from flashrt_ros.engine.chunk_planner import (AHEAD, ACTIVE, COPY, LAUNCH, MERGE, READY, ChunkPlanner, ReplanConfig,
+                                              blend, pending_specs)
 from flashrt_ros.engine.graphs import StepRunner
 from flashrt_ros.engine.host_mirror import HostMirror
 from flashrt_ros.engine.stats import percentile
@@ -73,13 +80,19 @@ class PolicyEngine:
         cuda_graph: bool = False,
         gate_timeout_s: float = 1.0,
         latency_window: int = 10_000,
+        replan: ReplanConfig | None = None,
     ) -> None:
+        self.replan = (replan or ReplanConfig()).checked()
         specs = policy.state_specs()
         bad = [s.name for s in specs if not s.name.startswith(STATE_PREFIX)]
         if bad:
             raise InvalidArgument(f"policy state buffers must be prefixed {STATE_PREFIX!r}: {bad}")
         self.device = torch.device(device)
         self.policy = policy.to(self.device).eval()
+        queue = policy.action_queue()
+        if self.replan.mode != "sync":
+            self._check_async(policy, queue, self.replan.mode)
+            specs = specs + pending_specs(specs, queue)
         self.arena = StateArena(specs + core_meta_specs(), self.device)
         self.fingerprint = compute_fingerprint(
             {"engine": "policy", "class": type(policy).__qualname__, **policy.config()},
@@ -119,9 +132,19 @@ class PolicyEngine:
                 self._context_replan = StepRunner(self._context_replan_body, self.arena, enabled=cuda_graph,
                                                   pool=pool)
         self._left = HostMirror(self.capsules.version, self._read_left)
+        self._planner: ChunkPlanner | None = None
+        self.counts = {"launched": 0, "merged": 0, "held": 0, "late": 0, "dropped": 0}
+        if self.replan.mode != "sync":
+            self._planner = ChunkPlanner(policy, self.arena, self._inputs, self._queue, self.replan,
+                                         cuda_graph=cuda_graph)
+            self._position = HostMirror(self.capsules.version, lambda: int(self.arena[POSITION].item()))
+            self._pending = HostMirror(self.capsules.version, self._read_pending)
+            self.capsules.before_read = self._settle_pending
         self._reset_state(seed=None, fresh=False)
         for runner in self._all_runners():
             runner.capture()
+        if self._planner is not None:
+            self._planner.capture()
 
     # --- control --------------------------------------------------------------
     def step(self, observation: Mapping[str, torch.Tensor] | torch.Tensor | Sequence[float]) -> torch.Tensor:
@@ -133,6 +156,8 @@ class PolicyEngine:
         """
         inputs = self._validated(observation)
         t0 = time.perf_counter_ns()
+        if self._planner is not None:
+            return self._timed(t0, self._step_async, inputs)
         with self.gate.step():
             replan = None if self._queue is None else self._left.get() == 0
             self.store.ring.before_step()
@@ -153,16 +178,198 @@ class PolicyEngine:
         self._latencies_ns.append(time.perf_counter_ns() - t0)
         return action
 
+    def _timed(self, t0: int, step: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+               inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        with self.gate.step():
+            action = step(inputs)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()     # not the planner's stream
+        self._latencies_ns.append(time.perf_counter_ns() - t0)
+        return action
+
+    # --- asynchronous replanning ----------------------------------------------------------
+    def _step_async(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One control step that never runs the network after the first chunk: merge a plan that is
+        due and done, pop the queue (a late plan: the old queue runs on), hold the last command when
+        the queue is dry (launching a plan if none is coming), launch the next plan once the queue
+        is low. Only the episode's first step plans synchronously: there is no command to hold."""
+        self.store.ring.before_step()
+        pos = self._position.get()
+        self._advance_pending(pos)
+        left = self._left.get()
+        active = self._pending.get()[0]
+        if left == 0 and (active or pos > 0):
+            if not active:                  # dry and nothing coming (a stale merge, a restore): plan now
+                self._launch(pos + 1, 0, inputs)
+            self._hold()
+        else:
+            replan = left == 0
+            if replan or self._queue.pop_reads_observation:
+                for name, value in inputs.items():
+                    self._inputs[name].copy_(value, non_blocking=True)
+            try:
+                self._runners[replan]()
+            except BaseException:
+                self._left.keep(None)
+                raise
+            left_after = (self._queue.refill if replan else left) - 1
+            self._left.keep(left_after)
+            if not active and left_after <= self._planner.delay_steps():
+                self._launch(pos + 1, left_after + 1, inputs)
+        self._position.keep(pos + 1)
+        self.store.ring.record()
+        return self._action.clone()
+
+    def _hold(self) -> None:
+        """The last command again: the robot's state does not move, so neither does the plan in
+        flight's timeline (its merge then starts at the action after those the robot ran)."""
+        self.counts["held"] += 1
+        self.arena[POSITION].add_(1)
+        self.arena[BOUNDARY].add_(1)
+        active, ready, launch, merge = self._pending.get()
+        if active:
+            self.arena[LAUNCH].add_(1)
+            self._pending.keep((active, ready, launch + 1, merge))
+
+    def _advance_pending(self, pos: int) -> None:
+        """Drop an orphaned plan, collect a finished one, merge one that is due and done. A plan due
+        and not done is ``late`` (counted once): ``late: wait`` blocks for it here, ``hold`` merges it
+        at the first step after it is done."""
+        planner = self._planner
+        active, ready, launch, merge = self._pending.get()
+        if not active:
+            if planner.busy and planner.done():
+                planner.wait()              # an orphaned plan ended: free the worker
+            return
+        if not ready:
+            if not (planner.busy and planner.owner == (self.capsules.version(), merge)):
+                self.arena[ACTIVE].zero_()  # launched in a state since replaced (a rollback): plan again
+                self._pending.keep((0, 0, 0, 0))
+                self.counts["dropped"] += 1
+                return
+            due = pos >= merge
+            if due and not planner.done():
+                if pos == merge or self.replan.late == "wait":
+                    self.counts["late"] += 1
+                if self.replan.late == "hold":
+                    return
+            if not planner.done() and not due:
+                return
+            planner.collect()
+            ready = 1
+            self._pending.keep((1, 1, launch, merge))
+        if pos >= merge:
+            self._merge(pos, launch)
+
+    def _merge(self, pos: int, launch: int) -> None:
+        """The planned chunk replaces the queue from its action for this step (``pos - launch + 1``) on:
+        up to ``refill`` of the chunk's actions (its queued ones, then those ``ahead``), placed so that the
+        next pops read them."""
+        q, refill = self._queue, self._queue.refill
+        index = pos - launch + 1
+        old_left = self._left.get()
+        old = self.arena[q.chunk].clone() if self.replan.blend_steps else None
+        for name in self._planner.planned:
+            if name != q.chunk:
+                self.arena[name].copy_(self.arena[COPY + name])
+        planned = self.arena[COPY + q.chunk]
+        if AHEAD in self.arena:
+            planned = torch.cat([planned, self.arena[AHEAD]])
+        new_left = max(min(refill, planned.shape[0] - index), 0)
+        if new_left:
+            self.arena[q.chunk][refill - new_left:].copy_(planned[index:index + new_left])
+        self.arena[q.left].fill_(new_left)
+        if old is not None and new_left:
+            blend(self.arena[q.chunk], old, refill - new_left, refill - old_left, old_left, self.replan.blend_steps)
+        self.arena[ACTIVE].zero_()
+        self.arena[READY].zero_()
+        self._left.keep(new_left)
+        self._pending.keep((0, 0, 0, 0))
+        self.counts["merged"] += 1
+
+    def _launch(self, launch: int, leftover: int, inputs: dict[str, torch.Tensor]) -> None:
+        """Record the plan in the arena (this step's boundary) and start it from the state now and
+        this step's ``inputs``; ``leftover``: the old chunk's actions from this step's on (0: none)."""
+        planner = self._planner
+        if planner.busy:
+            # a plan orphaned by a restore, reset, rollback or halt is still running: its worker is
+            # needed now (waiting keeps the schedule exact; it happens only after such an event)
+            planner.wait()
+        delay = max(1, min(planner.delay_steps(), leftover))   # the old queue lasts until the merge
+        merge = launch - 1 + delay
+        self.arena[ACTIVE].fill_(1)
+        self.arena[READY].zero_()
+        self.arena[LAUNCH].fill_(launch)
+        self.arena[MERGE].fill_(merge)
+        self._pending.keep((1, 0, launch, merge))
+        planner.launch((self.capsules.version(), merge), inputs, leftover, delay)
+        self.counts["launched"] += 1
+
+    def _settle_pending(self) -> None:
+        """Before the live state is read whole (snapshot, live verify, session park): a plan in flight
+        finishes and its result enters the arena, so the capsule holds what the merge will use."""
+        active, ready, launch, merge = self._pending.get()
+        planner = self._planner
+        if active and not ready and planner.busy and planner.owner == (self.capsules.version(), merge):
+            planner.collect()
+            self._pending.keep((1, 1, launch, merge))
+
+    def drop_pending(self, *, timeout: float | None = None) -> bool:
+        """Forget the plan in flight (a halt: nothing planned before it reaches the robot after it);
+        the queue stays. One committed boundary; True if there was one."""
+        if self._planner is None:
+            return False
+        dropped: list[bool] = []
+
+        def apply() -> None:
+            active = bool(self._pending.get()[0])
+            dropped.append(active)
+            if active:
+                self.store.ring.before_step()
+                self._forget_pending()
+                self.arena[BOUNDARY].add_(1)
+                self.store.ring.record()
+
+        self.gate.run_at_boundary(apply, timeout=self.capsules.timeout_s if timeout is None else timeout)
+        return dropped[0]
+
+    def _forget_pending(self) -> None:
+        """Inside a boundary: the plan in flight (if any) will not be merged. Its worker finishes it; the
+        next launch waits for that."""
+        if self._planner is not None and self._pending.get()[0]:
+            self.arena[ACTIVE].zero_()
+            self.arena[READY].zero_()
+            self._pending.keep((0, 0, 0, 0))
+            self.counts["dropped"] += 1
+
+    def _read_pending(self) -> tuple[int, int, int, int]:
+        values = torch.stack([self.arena[n] for n in (ACTIVE, READY, LAUNCH, MERGE)]).tolist()
+        return tuple(int(v) for v in values)
+
+    @staticmethod
+    def _check_async(policy: PolicyModule, queue: Any, mode: str) -> None:
+        name = type(policy).__name__
+        if mode == "rtc" and not policy.supports_guidance:
+            raise InvalidArgument(f"{name} takes no Real-Time Chunking guidance (a flow-matching policy does: "
+                                  "SmolVLA): use replan async, with replan_blend_steps to smooth the switch")
+        if queue is None or queue.chunk is None:
+            raise InvalidArgument(f"{name} plans no action chunks (or does not name its queue): replan must be "
+                                  "sync")
+        if type(policy).plan is PolicyModule.plan:
+            raise InvalidArgument(f"{name} cannot plan beside the loop (no plan()): replan must be sync")
+
     def write_state(self, write: Callable[[StateArena], None], *, timeout: float | None = None) -> None:
         """Run ``write(arena)`` between two steps as one committed boundary (``rollback(1)`` undoes it):
         episode state that is not an observation, e.g. a VLA's instruction (``engine.vla``).
 
         ``write`` validates before it writes: an exception from it changes nothing. The
-        queue fill is read from the arena again before the next step.
+        queue fill is read from the arena again before the next step. A plan in flight
+        (``replan: async | rtc``) is dropped: it was planned from the state before the write.
         """
         def apply() -> None:
             self.store.ring.before_step()
             write(self.arena)
+            self._forget_pending()          # planned from the state before the write: never merged
             self.arena[BOUNDARY].add_(1)
             self.store.ring.record()
             self._left.keep(None)
@@ -208,12 +415,18 @@ class PolicyEngine:
                                          timeout=self.capsules.timeout_s)
 
     def next_step_replans(self) -> bool | None:
-        """Whether the next step plans a new chunk (None: the policy has no action queue).
+        """Whether the next step plans a new chunk in the control thread (None: the policy has no
+        action queue). Beside the loop (``replan: async | rtc``) only an episode's first step does:
+        a dry queue later holds the last command instead.
 
-        From the host mirror of the queue fill: no device read unless the state was
-        written from outside since the last step. Call between steps.
+        From the host mirrors of the queue fill and the pending plan: no device read unless the
+        state was written from outside since the last step. Call between steps.
         """
-        return None if self._queue is None else self._left.get() == 0
+        if self._queue is None:
+            return None
+        if self._planner is not None:
+            return self._left.get() == 0 and self._position.get() == 0 and not self._pending.get()[0]
+        return self._left.get() == 0
 
     @property
     def episode_seed(self) -> int | None:
@@ -249,9 +462,23 @@ class PolicyEngine:
             "fingerprint": self.fingerprint,
             "latency": self.latency(),
             "store": self.store.stats(),
+            "replan": self.replan_status(),
         }
 
+    def replan_status(self) -> dict[str, Any]:
+        """How chunks are planned: the mode and, beside the loop, the delay, the plans' turnaround
+        and what happened to them (launched, merged, held steps, late, dropped)."""
+        out: dict[str, Any] = {"mode": self.replan.mode}
+        if self._planner is not None:
+            turns = list(self._planner.turnaround_s)
+            out.update(self.counts, delay_steps=self._planner.delay_steps(),
+                       turnaround_p50_ms=percentile(turns, 50) * 1e3 if turns else float("nan"),
+                       turnaround_p95_ms=percentile(turns, 95) * 1e3 if turns else float("nan"))
+        return out
+
     def close(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
@@ -301,6 +528,7 @@ class PolicyEngine:
             if int(self.arena[self._queue.redraw_context].item()) == 0:
                 raise InvalidArgument(f"nothing to {what} from yet: take a step first")
             self.store.ring.before_step()
+            self._forget_pending()          # a plan in flight would replace the refilled queue
             if before is not None:
                 before()
             try:

@@ -34,6 +34,12 @@ Subclass :class:`PolicyModule` and
    ``redraw_chunk``: the engine's ``redraw(seed)``, a third graph; one that
    also stores its encoded observation may implement ``replan_from_context``
    (``ActionQueue.replans_from_context``): the engine's verb of that name, a fourth.
+6. to plan beside the control loop (the engine's ``replan="async"``), a chunking
+   policy implements ``plan(observation, arena)`` (a new chunk into the queue,
+   no pop, no per-step update) and names the queue buffer and every other buffer
+   ``plan`` writes (``ActionQueue.chunk``, ``ActionQueue.planned``); a
+   flow-matching policy that takes a ``Guidance`` in ``plan`` offers Real-Time
+   Chunking (``replan="rtc"``, ``supports_guidance = True``).
 
 Weights are ordinary ``nn.Module`` parameters: they are not state, they enter
 the engine fingerprint instead. See ``docs/policies.md``.
@@ -76,6 +82,29 @@ class ActionQueue:
     pop_reads_observation: bool = True   # False: a pop ignores the observation (the engine skips its copy)
     redraw_context: str | None = None    # int64 arena scalar, 0 while nothing can be redrawn; None: no redraw
     replans_from_context: bool = False   # True: ``replan_from_context`` (needs ``redraw_context``)
+    chunk: str | None = None             # the queue buffer (refill, action_dim); None: no async replanning
+    planned: tuple[str, ...] = ()        # other buffers ``plan`` writes (prefix KV, noise counter, ...)
+    chunk_size: int = 0                  # the planned chunk's length (>= refill; RTC's weights cover it)
+    ahead: int = 0                       # actions a plan predicts after the queued ones (``plan``'s ``ahead``)
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """Real-Time Chunking's inpainting target for one plan (``PolicyModule.plan``, flow matching only).
+
+    The new chunk is pulled toward the previous chunk's actions not yet executed
+    when the plan started (``actions[refill - left:]``, normalised), step ``i`` of
+    the chunk with weight ``weights[i]`` (1 over the inference delay, fading to 0
+    at the execution horizon: ``models.rtc.prefix_weights``), the guidance weight
+    capped at ``max_weight``: LeRobot's ``RTCConfig`` / ``RTCProcessor`` fields.
+    ``left`` is an int64 device scalar and ``weights`` a device vector of the
+    chunk's length, so a guided plan has one shape.
+    """
+
+    actions: Tensor              # (refill, action_dim): the previous chunk's queue
+    left: Tensor                 # int64 scalar: how many of them were still to run
+    weights: Tensor              # (chunk length,) float32 prefix weights
+    max_weight: float = 10.0
 
 
 def pop_queue(queue: Tensor, left: Tensor) -> Tensor:
@@ -117,6 +146,19 @@ class PolicyModule(nn.Module):
     def action_queue(self) -> ActionQueue | None:
         """The queue the engine decides replan-or-pop from, or None (every step runs one body)."""
         return None
+
+    #: ``plan`` takes a ``Guidance`` (Real-Time Chunking; flow-matching policies).
+    supports_guidance = False
+
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: "Guidance | None" = None,
+             ahead: Tensor | None = None) -> None:
+        """Plan a new chunk from ``observation`` and the state into the queue (``left = refill``), without
+        popping and without this step's per-step updates (they already ran): the engine's asynchronous
+        replanning runs it on a copy of the state. Writes only ``ActionQueue.chunk``, ``left`` and
+        ``ActionQueue.planned``. ``guide``: Real-Time Chunking (``supports_guidance`` policies only).
+        ``ahead``: a ``(ActionQueue.ahead, action_dim)`` buffer for the chunk's actions after the queued
+        ones, as the queue stores them: a plan merged ``d`` steps late still has ``refill`` actions."""
+        raise NotImplementedError
 
     def redraw_chunk(self, arena: StateArena) -> None:
         """Refill the queue with the first chunk of the noise stream in ``policy.rng.seed`` over the

@@ -22,6 +22,7 @@ def status_summary(kind: str, model: str, raw: Mapping[str, Any], busy: bool) ->
     step = raw["latency"].get("decode", {}) if kind == "llm" else raw["latency"]
     store = tier_bytes(raw["store"])
     return {
+        "replan": dict(raw.get("replan", {})),
         "engine_kind": kind, "model": model, "device": str(raw["device"]),
         "session": str(raw["session"]), "busy": bool(busy),
         "position": int(raw["position"]), "boundary_id": int(raw["boundary"]),
@@ -58,6 +59,7 @@ def diagnostics_message(node_name: str, status: Mapping[str, Any], lifecycle_sta
                    f"{status.get('capsule_count', 0)} capsules")
     values = [KeyValue(key="lifecycle_state", value=lifecycle_state)]
     values += [KeyValue(key=k, value=str(status[k])) for k in KEYS if k in status]
+    values += [KeyValue(key=f"replan_{k}", value=str(v)) for k, v in status.get("replan", {}).items()]
     entry = DiagnosticStatus(level=level, name=f"{node_name.lstrip('/')}: engine",
                              message=summary, hardware_id=str(status.get("device", "")),
                              values=values)

@@ -77,6 +77,26 @@ PARAMS: tuple[ParamDef, ...] = (
              "committed boundary before answering TIMEOUT.", True, float_range=(0.01, 600.0)),
     ParamDef("control_rate_hz", 50.0, "Policy control rate (engine_kind=policy).", True,
              float_range=(0.1, 2000.0)),
+    ParamDef("replan", "sync", "How a chunking policy plans its next chunk: sync (in the step that empties "
+             "the queue: that step waits for the network), async (beside the control loop, merged "
+             "replan_delay_steps later; the control step only pops), rtc (async with Real-Time Chunking "
+             "guidance toward the leftover of the current chunk; flow-matching policies: SmolVLA). "
+             "docs/robot_io.md, 'Replanning beside the loop'.", True, choices=("sync", "async", "rtc")),
+    ParamDef("replan_delay_steps", 0, "async / rtc: control steps from a plan's launch to its merge "
+             "(0: from the measured turnaround, plus one period).", True, int_range=(0, 10000)),
+    ParamDef("replan_blend_steps", 0, "async: blend the old chunk into the new over this many steps "
+             "after the merge (0: replace).", True, int_range=(0, 10000)),
+    ParamDef("replan_late", "hold", "async / rtc: a plan not done when due: hold (the current chunk "
+             "runs on, then the last command is repeated until the plan is done; the loop keeps its "
+             "rate; counted) or wait (the due step waits for it: exact replay, e.g. a lock-step "
+             "simulator).", True, choices=("hold", "wait")),
+    ParamDef("rtc_execution_horizon", 10, "rtc: steps of the current chunk the new one is pulled "
+             "toward (LeRobot RTCConfig.execution_horizon).", True, int_range=(1, 10000)),
+    ParamDef("rtc_prefix_attention_schedule", "linear", "rtc: how the pull fades from the inference "
+             "delay to the horizon (RTCConfig.prefix_attention_schedule).", True,
+             choices=("zeros", "ones", "linear", "exp")),
+    ParamDef("rtc_max_guidance_weight", 10.0, "rtc: cap of the guidance weight "
+             "(RTCConfig.max_guidance_weight).", True, float_range=(1e-6, 1e6)),
     ParamDef("qos_depth", 1, "History depth of the policy's input subscriptions.", True,
              int_range=(1, 1000)),
     ParamDef("qos_deadline_factor", 0.0, "Deadline requested by the policy's input subscriptions, "
@@ -115,6 +135,13 @@ class NodeConfig:
     rollback_depth: int
     boundary_timeout_s: float
     control_rate_hz: float
+    replan: str
+    replan_delay_steps: int
+    replan_blend_steps: int
+    replan_late: str
+    rtc_execution_horizon: int
+    rtc_prefix_attention_schedule: str
+    rtc_max_guidance_weight: float
     qos_depth: int
     qos_deadline_factor: float
     status_period_s: float

@@ -287,11 +287,20 @@ class PolicyIO:
             self.inputs.discard_pending()
 
     def end_goal(self, run: Any) -> None:
-        """Detach a goal; waits for a step in flight, so the goal ends at a committed boundary."""
+        """Detach a goal; waits for a step in flight, so the goal ends at a committed boundary. A chunk
+        still being planned beside the loop is dropped: nothing planned before a goal's end reaches
+        the robot after it."""
         with self._lock:
             run.finish("ended")
             if self.goal is run:
                 self.goal = None
+        self.drop_pending_plan()
+
+    def drop_pending_plan(self) -> None:
+        """Forget a chunk planned beside the loop and not merged yet (a halt or a pause)."""
+        drop = getattr(self.engine, "drop_pending", None)
+        if drop is not None:
+            drop()
 
     # --- status ----------------------------------------------------------------------
     @property

@@ -196,7 +196,9 @@ def _policy_io(ctx: VerbContext) -> Any:
 
 
 def _pause(ctx: VerbContext, req: Any, resp: Any) -> None:
-    _policy_io(ctx).paused = True
+    policy_io = _policy_io(ctx)
+    policy_io.paused = True
+    policy_io.drop_pending_plan()        # nothing planned before the pause reaches the robot after it
     resp.message = "policy paused at a boundary"
 
 

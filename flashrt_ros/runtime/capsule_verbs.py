@@ -44,6 +44,9 @@ class CapsuleVerbs:
         self.sessions = SessionManager(store, cold_start=cold_start)
         self._cold_start = cold_start
         self.writes = 0                         # bumped by verbs that replace the live state
+        # Runs at the boundary before the live state is read whole (snapshot, live verify, a session
+        # parked): an engine with work in flight beside its steps brings its result in first.
+        self.before_read: Callable[[], None] = lambda: None
 
     def version(self) -> tuple[int, int]:
         """Changes whenever the live state is replaced from outside the engine's own steps
@@ -60,7 +63,7 @@ class CapsuleVerbs:
         """
         return self._at_boundary(lambda: self.store.snapshot(
             name, session=session or self.sessions.current, tier=tier, pinned=pinned,
-            overwrite=overwrite).info(), timeout=timeout)
+            overwrite=overwrite).info(), timeout=timeout, reads_live=True)
 
     def restore(self, name: str, *, verify: bool = False, groups: Collection[str] | None = None,
                 timeout: float | None = None) -> CapsuleSummary:
@@ -84,7 +87,8 @@ class CapsuleVerbs:
     def verify(self, name: str, *, against_live: bool = False, timeout: float | None = None) -> VerifyReport:
         """Re-hash the stored bytes, or (``against_live``, at a boundary) compare them with the arena."""
         if against_live:
-            return self._at_boundary(lambda: self.store.verify(name, against_live=True), timeout=timeout)
+            return self._at_boundary(lambda: self.store.verify(name, against_live=True), timeout=timeout,
+                                     reads_live=True)
         return self.store.verify(name)
 
     def switch_session(self, session: str, *, from_capsule: str | None = None,
@@ -96,7 +100,7 @@ class CapsuleVerbs:
         if session == self.sessions.current and from_capsule is None:
             return session
         return self._at_boundary(lambda: self.sessions.switch_to(session, from_capsule=from_capsule),
-                                 replaces_state=True, timeout=timeout)
+                                 replaces_state=True, timeout=timeout, reads_live=True)
 
     def enter_session(self, session: str, prepare: Callable[[], T], *,
                       timeout: float | None = None) -> T:
@@ -112,7 +116,7 @@ class CapsuleVerbs:
             return self._at_boundary(prepare, timeout=timeout)
         out: list[T] = []
         self._at_boundary(lambda: self.sessions.switch_to(session, then=lambda: out.append(prepare())),
-                          replaces_state=True, timeout=timeout)
+                          replaces_state=True, timeout=timeout, reads_live=True)
         return out[0]
 
     # --- verbs on the store only (never wait for a step) ------------------------
@@ -161,8 +165,10 @@ class CapsuleVerbs:
 
     # --- internals -------------------------------------------------------------
     def _at_boundary(self, fn: Callable[[], T], *, replaces_state: bool = False,
-                     timeout: float | None = None) -> T:
+                     timeout: float | None = None, reads_live: bool = False) -> T:
         def wrapped() -> T:
+            if reads_live:
+                self.before_read()
             out = fn()
             if replaces_state:
                 self.writes += 1

@@ -25,7 +25,7 @@ from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, f
 from flashrt_ros.models.lerobot.layout import lay_out_convs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
-from flashrt_ros.models.policy_interface import ActionQueue, PolicyModule, pop_queue
+from flashrt_ros.models.policy_interface import ActionQueue, Guidance, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -325,8 +325,22 @@ class ACTPolicy(PolicyModule):
         return self.model(state, env, [prep(cam) for cam in c.cameras])
 
     def action_queue(self) -> ActionQueue | None:
-        return None if self.ensembling else ActionQueue(self.LEFT, self.cfg.n_action_steps,
-                                                        pop_reads_observation=False)
+        c = self.cfg
+        return None if self.ensembling else ActionQueue(self.LEFT, c.n_action_steps, pop_reads_observation=False,
+                                                        chunk=self.QUEUE, chunk_size=c.chunk_size,
+                                                        ahead=c.chunk_size - c.n_action_steps)
+
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: Guidance | None = None,
+             ahead: Tensor | None = None) -> None:
+        """A new chunk into the queue from one observation (asynchronous replanning; no pop)."""
+        if guide is not None:
+            raise InvalidArgument("ACT predicts its chunk in one pass: Real-Time Chunking needs a flow-matching "
+                                  "policy (use replan async)")
+        chunk = self.predict_chunk(observation).to(torch.float32)
+        self._refill(chunk, arena)
+        if ahead is not None:
+            n = self.cfg.n_action_steps
+            ahead.copy_(chunk[n:n + ahead.shape[0]])
 
     def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
                          replan: bool | None = None) -> Tensor:

@@ -32,7 +32,7 @@ from flashrt_ros.models.lerobot.diffusion_net import DiffusionConfig, DiffusionN
 from flashrt_ros.models.lerobot.layout import lay_out_convs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, PolicyModule, pop_queue
+from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -164,7 +164,10 @@ class DiffusionPolicy(PolicyModule):
         return x[0]
 
     def action_queue(self) -> ActionQueue:
-        return ActionQueue(self.LEFT, self.cfg.n_action_steps)
+        c = self.cfg
+        return ActionQueue(self.LEFT, c.n_action_steps, chunk=self.QUEUE, planned=(self.PLANS,),
+                           chunk_size=c.horizon - (c.n_obs_steps - 1),
+                           ahead=c.horizon - (c.n_obs_steps - 1) - c.n_action_steps)
 
     def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
                          replan: bool | None = None) -> Tensor:
@@ -172,29 +175,45 @@ class DiffusionPolicy(PolicyModule):
         if replan is None:
             raise InvalidArgument("Diffusion Policy: the caller decides replan (see action_queue)")
         c = self.cfg
-        dtype = self.diffusion.unet.final_conv[1].weight.dtype
         started = arena[self.STARTED].bool()
         latest = {"state": self.norm.input(STATE, observation[STATE])}
         if c.cameras:
             latest["images"] = torch.stack([self.norm.input(cam, observation[cam]) for cam in c.cameras])
         if c.env_state_dim:
             latest["env"] = self.norm.input(ENV_STATE, observation[ENV_STATE])
-        hist = {}
         for k, x in latest.items():                       # LeRobot fills the history with copies at first
             buf = arena[self.HIST_PREFIX + k]
             buf.copy_(torch.where(started, torch.cat([buf[1:], x.unsqueeze(0)]), x.unsqueeze(0).expand_as(buf)))
-            hist[k] = buf
         arena[self.STARTED].fill_(1)
 
-        queue, left, plans = arena[self.QUEUE], arena[self.LEFT], arena[self.PLANS]
         if replan:
-            images, env = hist.get("images"), hist.get("env")
-            cond = self.diffusion.global_cond(hist["state"].to(dtype), None if images is None else images.to(dtype),
-                                              None if env is None else env.to(dtype))
-            supplied = observation[self.NOISE].view(self.noise_shape()) if self.noise_input else None
-            chunk = self.denoise(cond, arena[self.RNG_SEED], plans, supplied)
-            start = c.n_obs_steps - 1
-            queue.copy_(chunk[start:start + c.n_action_steps])
-            plans.add_(1)
-            left.fill_(c.n_action_steps)
-        return self.norm.action(pop_queue(queue, left))
+            self.plan(observation, arena)
+        return self.norm.action(pop_queue(arena[self.QUEUE], arena[self.LEFT]))
+
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: Guidance | None = None,
+             ahead: Tensor | None = None) -> None:
+        """A new chunk into the queue from the observation history (this step already added its
+        observation): the reverse process from this plan's noise, the executed window of it queued."""
+        if guide is not None:
+            raise InvalidArgument("Diffusion Policy denoises with DDPM/DDIM: Real-Time Chunking needs a "
+                                  "flow-matching policy (use replan async)")
+        c = self.cfg
+        dtype = self.diffusion.unet.final_conv[1].weight.dtype
+        hist = {k: arena[self.HIST_PREFIX + k] for k in self._history_keys()}
+        images, env = hist.get("images"), hist.get("env")
+        cond = self.diffusion.global_cond(hist["state"].to(dtype), None if images is None else images.to(dtype),
+                                          None if env is None else env.to(dtype))
+        supplied = observation[self.NOISE].view(self.noise_shape()) if self.noise_input else None
+        plans = arena[self.PLANS]
+        chunk = self.denoise(cond, arena[self.RNG_SEED], plans, supplied)
+        start = c.n_obs_steps - 1
+        arena[self.QUEUE].copy_(chunk[start:start + c.n_action_steps])
+        if ahead is not None:
+            ahead.copy_(chunk[start + c.n_action_steps:start + c.n_action_steps + ahead.shape[0]])
+        plans.add_(1)
+        arena[self.LEFT].fill_(c.n_action_steps)
+
+    def _history_keys(self) -> list[str]:
+        """The observation histories the arena keeps (state, and images / env where the policy has them)."""
+        c = self.cfg
+        return ["state"] + (["images"] if c.cameras else []) + (["env"] if c.env_state_dim else [])

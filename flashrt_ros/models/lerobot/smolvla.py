@@ -39,7 +39,8 @@ from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.smolvla_checkpoint import PUBLISHED_VLM, vlm_sizes
 from flashrt_ros.models.lerobot.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, PolicyModule, pop_queue
+from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue
+from flashrt_ros.models.rtc import guided_velocity, leftover_target
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -202,8 +203,14 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
     # --- step --------------------------------------------------------------------------
     def action_queue(self) -> ActionQueue:
         """Replan-or-pop on the host; a pop reads no observation; the prefix KV can be redrawn from."""
+        kv = tuple(f"{name}{i}" for i in range(self.cfg.num_vlm_layers) for name in (self.KEY, self.VALUE))
         return ActionQueue(self.LEFT, self.cfg.n_action_steps, pop_reads_observation=False,
-                           redraw_context=self.PREFIX_LEN)
+                           redraw_context=self.PREFIX_LEN, chunk=self.QUEUE,
+                           planned=(*kv, self.PREFIX_LEN, self.PLANS), chunk_size=self.cfg.chunk_size,
+                           ahead=self.cfg.chunk_size - self.cfg.n_action_steps)
+
+    #: Real-Time Chunking: ``plan`` takes a ``Guidance`` (``flashrt_ros.models.rtc``).
+    supports_guidance = True
 
     def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
                          replan: bool | None = None) -> Tensor:
@@ -214,10 +221,12 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
             self.plan(observation, arena)
         return self.norm.action(pop_queue(arena[self.QUEUE], arena[self.LEFT]))
 
-    def plan(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
-        """Prefill the prefix KV from the observation and instruction, denoise a chunk, refill the queue."""
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: Guidance | None = None,
+             ahead: Tensor | None = None) -> None:
+        """Prefill the prefix KV from the observation and instruction, denoise a chunk (pulled toward
+        ``guide``'s leftover with Real-Time Chunking), refill the queue."""
         self.prefill(observation, arena)
-        self.denoise(arena)
+        self.denoise(arena, guide, ahead)
 
     def redraw_chunk(self, arena: StateArena) -> None:
         """The noise stream's first chunk over the stored prefix (``PolicyEngine.redraw``; no VLM run)."""
@@ -241,8 +250,10 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
             arena[f"{self.VALUE}{i}"].copy_(torch.where(keep[:, None, None], v[order], 0))
         arena[self.PREFIX_LEN].copy_(valid.sum())
 
-    def denoise(self, arena: StateArena) -> None:
-        """``num_steps`` Euler steps of the flow from this plan's noise over the stored prefix; refill the queue."""
+    def denoise(self, arena: StateArena, guide: Guidance | None = None, ahead: Tensor | None = None) -> None:
+        """``num_steps`` Euler steps of the flow from this plan's noise over the stored prefix; refill the queue.
+
+        ``guide``: Real-Time Chunking (LeRobot's ``RTCProcessor`` arithmetic, ``models.rtc``)."""
         c = self.cfg
         plans = arena[self.PLANS]
         x = normal(arena[self.RNG_SEED], plans, c.chunk_size * c.max_action_dim).view(c.chunk_size, c.max_action_dim)
@@ -254,10 +265,16 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         cross_mask = prefix_mask[None, :].expand(c.chunk_size, P)
         steps = torch.arange(c.chunk_size, device=x.device)
         kv = [(arena[f"{self.KEY}{i}"], arena[f"{self.VALUE}{i}"]) for i in range(c.num_vlm_layers)]
+        if guide is not None:
+            target = leftover_target(guide.actions, guide.left, c.chunk_size, c.max_action_dim)
         for s in range(c.num_steps):
             v_t = self.velocity(x, s, kv, self_mask, cross_mask, prefix_len + steps, steps)
+            if guide is not None:
+                v_t = guided_velocity(x, 1.0 + s * self.dt, v_t, target, guide.weights, guide.max_weight)
             x = x + self.dt * v_t
         arena[self.QUEUE].copy_(x[: c.n_action_steps, : c.action_dim])
+        if ahead is not None:
+            ahead.copy_(x[c.n_action_steps:c.n_action_steps + ahead.shape[0], : c.action_dim])
         arena[self.LEFT].fill_(c.n_action_steps)
         plans.add_(1)
 
