@@ -2,8 +2,12 @@
 # Everything that needs a CUDA GPU, in one go: the GPU tests, kernel and capsule benchmarks, the LLM benchmark.
 # Usage (from the repository root):
 #   benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra args of python -m benchmarks.llm]
-#   PHASES: comma-separated subset of tests,kernels,capsules,policies,smolvla,sessions,llm (default: tests,capsules,llm)
+#   PHASES: comma-separated subset of tests,kernels,capsules,policies,smolvla,realtime,pi0,sessions,llm
+#           (default: tests,capsules,llm)
 #   smolvla: the SmolVLA GPU tests and benchmark (needs the LeRobot reference wheels, num2words included, in .whl/)
+#   realtime: planning beside the loop: its GPU tests, then benchmarks.realtime loop (SmolVLA published size, bf16;
+#             Diffusion and ACT at their benchmark sizes) at 30 and 50 Hz (FLASHRT_REALTIME_S seconds per run, 20)
+#   pi0: the π0 / π0.5 GPU tests that need no reference process (captured bodies, re-instruct)
 #   FLASHRT_PHASE_TIMEOUT_S (default 600) bounds each phase, so one slow phase cannot eat the others'.
 # Wheels the GPU image lacks (fla) may be given in .whl/ (installed to /tmp/site).
 set -uo pipefail
@@ -27,7 +31,7 @@ case ",$PHASES," in *,tests,*)
     test/test_lerobot_cuda_graph.py test/test_triton_attention.py test/test_triton_gated_deltanet.py test/test_triton_fused_ops.py \
     test/test_models_cuda.py test/test_runtime_cuda.py test/test_hybrid_cuda.py \
     test/test_engine_cuda_graphs.py test/test_policy_cuda_graph.py test/test_lerobot_precision.py \
-    test/test_triton_group_norm.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
+    test/test_triton_group_norm.py test/test_async_replan_cuda.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
 esac
 case ",$PHASES," in *,kernels,*)
   python3 -m benchmarks.kernel_attention --short 2>&1 | tee "$OUT/kernel_attention_short.txt" ;;
@@ -43,6 +47,21 @@ case ",$PHASES," in *,smolvla,*)
   timeout "$PT" python3 -m pytest -q -p no:cacheprovider -s test/test_smolvla_cuda.py 2>&1 | tee "$OUT/smolvla_gpu_tests.txt"
   timeout "$PT" python3 -m benchmarks.smolvla --out "$OUT/smolvla_h200.md" --json "$OUT/smolvla_h200.json" \
     2>&1 | tee "$OUT/smolvla_log.txt" ;;
+esac
+case ",$PHASES," in *,realtime,*)
+  RS="${FLASHRT_REALTIME_S:-20}"
+  timeout "$PT" python3 -m pytest -q -p no:cacheprovider test/test_async_replan_cuda.py 2>&1 | tee "$OUT/realtime_gpu_tests.txt"
+  timeout "$PT" python3 -m benchmarks.realtime loop --policy smolvla --size full --device cuda --dtype bfloat16 \
+    --rates 30 50 --seconds "$RS" --json "$OUT/realtime_smolvla.json" --md "$OUT/realtime_smolvla.md" 2>&1 | tee "$OUT/realtime_log.txt"
+  for policy in diffusion act; do
+    timeout "$PT" python3 -m benchmarks.realtime loop --policy "$policy" --size full --device cuda --dtype bfloat16 \
+      --rates 50 --modes sync async blend --seconds "$RS" --json "$OUT/realtime_$policy.json" \
+      --md "$OUT/realtime_$policy.md" 2>&1 | tee -a "$OUT/realtime_log.txt"
+  done ;;
+esac
+case ",$PHASES," in *,pi0,*)
+  timeout "$PT" python3 -m pytest -q -p no:cacheprovider -s test/test_pi0_cuda.py -k "captured or reinstruct" 2>&1 \
+    | tee "$OUT/pi0_gpu_tests.txt" ;;
 esac
 case ",$PHASES," in *,sessions,*)
   for model in random-hybrid-tiny random-llama-tiny; do
