@@ -1,0 +1,48 @@
+"""The UNet's 1-D convolutions on the CPU as one GEMM with the time steps as rows.
+
+Why: at batch 1 the UNet's convolutions have a handful of time steps (16 down
+to 4) and hundreds of channels, so each is a skinny matrix product. torch's
+CPU ``conv1d`` runs it as ``weight (out, in*k) @ columns (in*k, T)`` (its
+``slow_conv2d`` im2col path), which MKL computes at ~6 GFLOP/s on one core;
+the same product the other way round, ``rows (T, in*k) @ weight.T``, runs at
+~30 GFLOP/s. Measured on this project's 2-core AVX-512 CI machine, one thread:
+a 512->512, k=5 conv at T=4 took 1.80 ms as ``F.conv1d`` and 0.32 ms as rows
+(5.7x; 3.3-5.0x for the other large ones, 0.9x for 128 channels at T=16), and
+Diffusion Policy's CPU replan (UNet (128, 256, 512), DDIM-10), which spent ~80 %
+of its time in ``slow_conv2d``, went from 245 to 134 ms. bf16 gains less (its
+``conv1d`` already avoids that path): 469 -> 250 us for the 512->512 conv.
+
+Only the summation order changes (results equal ``F.conv1d`` to float
+rounding); CUDA keeps cuDNN (``layout.py`` lays its weights out for it) and
+anything but a plain zero-padded, ungrouped, undilated fp32 / bf16
+``nn.Conv1d`` falls back to the module itself.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ROW_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def conv1d(conv: nn.Module, x: Tensor) -> Tensor:
+    """``conv(x)``: on the CPU a plain fp32 / bf16 ``nn.Conv1d`` runs as ``rows_conv1d``; anything else as itself."""
+    if (x.is_cuda or type(conv) is not nn.Conv1d or x.dtype not in ROW_DTYPES or conv.groups != 1
+            or conv.dilation != (1,) or conv.padding_mode != "zeros" or isinstance(conv.padding, str)):
+        return conv(x)
+    return rows_conv1d(conv, x)
+
+
+def rows_conv1d(conv: nn.Conv1d, x: Tensor) -> Tensor:
+    """``(B, in, T) -> (B, out, T')`` as ``bias + rows @ weight.T`` with ``rows`` the im2col ``(B*T', in*k)``."""
+    (k,), (stride,), (pad,) = conv.kernel_size, conv.stride, conv.padding
+    batch, cin, _ = x.shape
+    if k == 1 and stride == 1 and pad == 0:
+        rows = x.transpose(1, 2).reshape(-1, cin)
+    else:
+        cols = F.pad(x, (pad, pad)).unfold(2, k, stride)                # (B, in, T', k), a view
+        rows = cols.permute(0, 2, 1, 3).reshape(-1, cin * k)            # (B*T', in*k): (in, k) as the weight
+    weight = conv.weight.reshape(conv.out_channels, cin * k)            # a view of the contiguous CPU weight
+    out = torch.addmm(conv.bias, rows, weight.t()) if conv.bias is not None else rows @ weight.t()
+    return out.view(batch, -1, conv.out_channels).transpose(1, 2)
