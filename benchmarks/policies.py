@@ -187,11 +187,14 @@ def race_policy(kind: str, policy, directory: Path, observations: list[dict], pr
                 device: torch.device, s: RaceSettings, tmp: Path, extra: dict[str, Any] | None = None,
                 prepare: Callable[[torch.nn.Module], None] | None = None,
                 after: Callable[[PolicyEngine], dict] | None = None, device_budget_bytes: int = 64 << 20,
-                live_capsule_bytes: bool = False) -> dict[str, dict]:
+                live_capsule_bytes: bool = False,
+                on_result: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
     """Race every precision of one policy: our engine (built per precision) against LeRobot's modes.
 
     ``prepare``: called on our policy before the engine is built (SmolVLA's
-    instruction); ``after``: extra measurements on our engine (SmolVLA's redraw)."""
+    instruction); ``after``: extra measurements on our engine (SmolVLA's redraw);
+    ``on_result``: called with each finished race (the caller writes partial results,
+    so a run cut short by a timeout still leaves its finished races)."""
     out: dict[str, dict] = {}
     policy = policy.eval().to(device)
     reference_side = LeRobotSide(kind, Mode("eager", "fp32", None, False, False), policy, directory, device, extra)
@@ -224,7 +227,10 @@ def race_policy(kind: str, policy, directory: Path, observations: list[dict], pr
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         out[name] = result
+        s.jobs_done += 1
         print(json.dumps({name: {k: v for k, v in result.items() if k != "sides"}}, default=str), flush=True)
+        if on_result is not None:
+            on_result(name, result)
     policy.to("cpu")
     return out
 
@@ -312,11 +318,17 @@ def add_race_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, default=7, help="the episodes' noise seed")
     ap.add_argument("--tol-fp32", type=float, default=None, help="first-chunk tolerance, fp32 (relative)")
     ap.add_argument("--tol-bf16", type=float, default=None, help="first-chunk tolerance, bf16 (relative)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads for both sides (default: torch's choice; on a shared 2-core machine 1 "
+                         "keeps a descheduled thread from stalling every parallel op)")
     ap.add_argument("--time-budget-s", type=float, default=None,
                     help="wall-clock budget: compiled / optional LeRobot modes that would not fit are skipped (noted)")
 
 
 def settings_from(args: argparse.Namespace, steps: int, episodes: int, replans: int) -> RaceSettings:
+    """The race's settings from the shared options (``--threads`` applies here, before anything runs)."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
     return RaceSettings(steps=steps, episodes=episodes, warmup=args.warmup,
                         compile_warmup_max=args.compile_warmup_max, replans=replans, seed=args.seed,
                         compile_mode=args.compile_mode,
@@ -324,12 +336,33 @@ def settings_from(args: argparse.Namespace, steps: int, episodes: int, replans: 
                         tolerances={"fp32": args.tol_fp32, "bf16": args.tol_bf16}, budget_s=args.time_budget_s)
 
 
-def write_outputs(args: argparse.Namespace, text: str, record: dict) -> None:
-    print(text, flush=True)
+def publish(args: argparse.Namespace, title: str, what: str, results: dict[str, dict], s: RaceSettings,
+            device: torch.device, flags: dict, command: str, tail: Callable[[dict[str, dict]], str] | None = None,
+            final: bool = True) -> list[str]:
+    """Write the markdown (``--out``) and the JSON (``--json``) of ``results``; returns the check's failures.
+
+    Called after every race with ``final=False`` (the page says how many races are done),
+    then once at the end."""
+    prov = provenance(device, flags)
+    text = report(title, what, results, s, prov, command, args.inputs)
+    if not final:
+        text = text.replace("\n\n", f"\n\n**Partial: {len(results)} of {s.jobs_total} races done.**\n\n", 1)
+    if tail is not None:
+        text += tail(results)
+    failed = failures(results)
+    if failed:
+        text += "\n## Check failed\n\n" + "\n".join(f"- {f}" for f in failed) + "\n"
+    if final:
+        print(text, flush=True)
     if args.out:
         args.out.write_text(text)
     if args.json:
+        record = {"provenance": prov, "command": command, "size": what, "inputs": args.inputs, "timed": TIMED,
+                  "settings": vars(s), "complete": final, "results": results, "failures": failed}
         args.json.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    if final and getattr(args, "png", None) is not None and results:
+        plot(results, summary_line(prov), s.steps, args.png)
+    return failed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -342,25 +375,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = apply_eval_flags(device)
     s = settings_from(args, steps, episodes, replans)
     precisions = [PRECISIONS[d] for d in args.dtypes.split(",")]
+    kinds = args.policies.split(",")
+    s.jobs_total = len(kinds) * len(precisions)
     inputs = torch.device("cpu") if args.inputs == "host" else device
+    command = " ".join(["python -m benchmarks.policies", *(sys.argv[1:] if argv is None else argv)])
+    title = "LeRobot ACT / Diffusion Policy over whole episodes: our engine vs LeRobot eager and compiled"
     results: dict[str, dict] = {}
+
+    def partial(name: str, result: dict) -> None:
+        results[name] = result
+        publish(args, title, f"Size: {args.size}", results, s, device, flags, command, final=False)
+
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.policies.split(","):
+        for kind in kinds:
             directory = Path(tmp) / kind
             policy, obs = make_checkpoint(kind, directory, args.size)
             observations = observation_variants(obs, inputs)
-            results.update(race_policy(kind, policy, directory, observations, precisions, device, s, Path(tmp)))
-    prov = provenance(device, flags)
-    command = " ".join(["python -m benchmarks.policies", *(sys.argv[1:] if argv is None else argv)])
-    text = report("LeRobot ACT / Diffusion Policy over whole episodes: our engine vs LeRobot eager and compiled",
-                  f"Size: {args.size}", results, s, prov, command, args.inputs)
-    failed = failures(results)
-    if failed:
-        text += "\n## Check failed\n\n" + "\n".join(f"- {f}" for f in failed) + "\n"
-    write_outputs(args, text, {"provenance": prov, "command": command, "size": args.size, "inputs": args.inputs,
-                               "timed": TIMED, "settings": vars(s), "results": results, "failures": failed})
-    if args.png:
-        plot(results, summary_line(prov), steps, args.png)
+            race_policy(kind, policy, directory, observations, precisions, device, s, Path(tmp), on_result=partial)
+    failed = publish(args, title, f"Size: {args.size}", results, s, device, flags, command)
     if failed:
         print("CHECK FAILED: " + "; ".join(failed), flush=True)
         return 1

@@ -78,6 +78,9 @@ class RaceSettings:
     lerobot_modes: tuple[str, ...] | None = None   # None: every default mode of the precision
     tolerances: dict[str, float] = field(default_factory=dict)
     budget_s: float | None = None     # the whole run's wall-clock budget (optional LeRobot modes skipped first)
+    jobs_total: int = 1               # races (policy x precision) in the run, for the budget's fair shares
+    jobs_done: int = 0
+    compile_estimate_s: float = 90.0  # a compiled mode's warm-up, until one is measured (then the last one)
     started: float = field(default_factory=time.perf_counter)
 
 
@@ -170,21 +173,27 @@ def reference_chunk(side: LeRobotSide, observations: list[dict], chunk: int,
 
 
 def _budget_allows(s: RaceSettings, mode: Mode, estimate_s: float, notes: list[str], label: str) -> bool:
-    if s.budget_s is None or mode.compile_mode is None and not mode.optional:
+    """Whether warming ``mode`` up fits: a required compiled mode must fit in what is left of the budget; an
+    optional one in this job's fair share (the budget split evenly over the run's jobs, unused shares carried
+    forward), with room for its episodes (twice the warm-up estimate), so later required modes keep theirs."""
+    if s.budget_s is None or (mode.compile_mode is None and not mode.optional):
         return True
-    left = s.budget_s - (time.perf_counter() - s.started)
-    need = estimate_s * (2 if mode.optional else 1)      # an optional mode must leave room for what follows
+    now = time.perf_counter() - s.started
+    if mode.optional:
+        share_end = s.budget_s * (s.jobs_done + 1) / max(s.jobs_total, 1)
+        need, left = 2 * estimate_s, share_end - now
+    else:
+        need, left = estimate_s, s.budget_s - now
     if need <= left:
         return True
-    notes.append(f"skipped {label} {mode.key}: about {estimate_s:.0f} s to warm up, {max(left, 0):.0f} s left "
-                 f"of the {s.budget_s:.0f} s budget")
+    notes.append(f"skipped {label} {mode.key}: needs about {need:.0f} s, {max(left, 0):.0f} s left of "
+                 f"{'this job' if mode.optional else 'the run'}'s share of the {s.budget_s:.0f} s budget")
     return False
 
 
 def race(kind: str, precision: str, lerobot_eager, directory: Path, engine: PolicyEngine,
          observations: list[dict], noise: Callable[[int], torch.Tensor | None], reference: torch.Tensor,
-         device: torch.device, s: RaceSettings, extra: dict[str, Any] | None = None,
-         compile_estimate_s: float = 90.0) -> dict[str, Any]:
+         device: torch.device, s: RaceSettings, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build and warm the LeRobot modes of ``precision``, race them against ``engine``, check, summarize.
 
     ``reference``: LeRobot eager fp32's first chunk; ``extra``: keys every LeRobot
@@ -197,7 +206,7 @@ def race(kind: str, precision: str, lerobot_eager, directory: Path, engine: Poli
     ours = OurSide(engine)
     run = lambda side: episode(side, observations, s.steps, noise, s.seed)   # noqa: E731
     for mode in modes(kind, precision, s.lerobot_modes, s.compile_mode):
-        if not _budget_allows(s, mode, compile_estimate_s, notes, label):
+        if not _budget_allows(s, mode, s.compile_estimate_s, notes, label):
             continue
         side = None
         try:
@@ -206,7 +215,7 @@ def race(kind: str, precision: str, lerobot_eager, directory: Path, engine: Poli
             warm[side.name] = warm_up(lambda: run(side), compiled, max(s.warmup, 2 if compiled else 0),
                                       s.compile_warmup_max if compiled else s.warmup)
             if compiled:
-                compile_estimate_s = warm[side.name]["warmup_s"]
+                s.compile_estimate_s = warm[side.name]["warmup_s"]
             sides.append(side)
             print(f"[race] {label}: {side.name} warmed up {warm[side.name]['warmup_s']:.1f} s, "
                   f"{warm[side.name]['compiled_frames']} frames compiled", flush=True)

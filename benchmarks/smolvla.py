@@ -47,9 +47,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
-from benchmarks.policies import (TIMED, add_race_args, failures, observation_variants,  # noqa: E402
-                                 race_policy, report, settings_from, write_outputs)
-from benchmarks.provenance import provenance  # noqa: E402
+from benchmarks.policies import (add_race_args, observation_variants, publish, race_policy,  # noqa: E402
+                                 settings_from)
 from benchmarks.race import apply_eval_flags  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
@@ -106,34 +105,40 @@ def main(argv: list[str] | None = None) -> int:
     flags = apply_eval_flags(device)
     s = settings_from(args, steps, episodes, replans)
     precisions = [{"float32": "fp32", "bfloat16": "bf16"}.get(d, d) for d in args.dtypes.split(",")]
+    s.jobs_total = len(precisions)
     inputs = torch.device("cpu") if args.inputs == "host" else device
+    command = " ".join(["python -m benchmarks.smolvla", *(sys.argv[1:] if argv is None else argv)])
+    title = "SmolVLA over whole episodes: our engine vs LeRobot eager and compiled"
+    size = "CI sizes (smoke)" if args.smoke else "published SmolVLM2-500M sizes, 3 cameras 256x256"
+    results: dict[str, dict] = {}
+
+    def partial(name: str, result: dict) -> None:
+        results[name] = result
+        publish(args, title, size, results, s, device, flags, command, fork_lines, final=False)
+
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "smolvla"
         policy, config, obs = make_checkpoint(directory, args.smoke)
         observations = observation_variants(obs, inputs)
-        results = race_policy("smolvla", policy, directory, observations, precisions, device, s, Path(tmp),
-                              extra={"task": TASK}, prepare=lambda ours: ours.set_default_instruction(TASK),
-                              after=redraw_times(draws, device), device_budget_bytes=4 << 30,
-                              live_capsule_bytes=True)
-    prov = provenance(device, flags)
-    command = " ".join(["python -m benchmarks.smolvla", *(sys.argv[1:] if argv is None else argv)])
-    size = "CI sizes (smoke)" if args.smoke else "published SmolVLM2-500M sizes, 3 cameras 256x256"
-    text = report("SmolVLA over whole episodes: our engine vs LeRobot eager and compiled", size, results, s, prov,
-                  command, args.inputs)
-    text += ("\n## Fork draw (ours)\n\n| policy | new noise draw over the stored prefix (redraw), p50 ms "
-             "| replan p50 ms |\n| --- | --- | --- |\n")
-    for name, r in results.items():
-        if "ours" in r["sides"]:
-            text += f"| {name} | {r['redraw_p50_ms']:.3f} | {r['sides']['ours']['replan_p50_ms']:.3f} |\n"
-    failed = failures(results)
-    if failed:
-        text += "\n## Check failed\n\n" + "\n".join(f"- {f}" for f in failed) + "\n"
-    write_outputs(args, text, {"provenance": prov, "command": command, "size": size, "inputs": args.inputs,
-                               "timed": TIMED, "settings": vars(s), "results": results, "failures": failed})
+        race_policy("smolvla", policy, directory, observations, precisions, device, s, Path(tmp),
+                    extra={"task": TASK}, prepare=lambda ours: ours.set_default_instruction(TASK),
+                    after=redraw_times(draws, device), device_budget_bytes=4 << 30, live_capsule_bytes=True,
+                    on_result=partial)
+    failed = publish(args, title, size, results, s, device, flags, command, fork_lines)
     if failed:
         print("CHECK FAILED: " + "; ".join(failed), flush=True)
         return 1
     return 0
+
+
+def fork_lines(results: dict[str, dict]) -> str:
+    """Ours only: the fork draw beside the replan."""
+    text = ("\n## Fork draw (ours)\n\n| policy | new noise draw over the stored prefix (redraw), p50 ms "
+            "| replan p50 ms |\n| --- | --- | --- |\n")
+    for name, r in results.items():
+        if "ours" in r["sides"]:
+            text += f"| {name} | {r['redraw_p50_ms']:.3f} | {r['sides']['ours']['replan_p50_ms']:.3f} |\n"
+    return text
 
 
 if __name__ == "__main__":

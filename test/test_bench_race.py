@@ -48,6 +48,7 @@ def test_smoke_race_checks_both_precisions_and_records_spread_flags_and_provenan
     assert prov["git"]["commit"] and prov["packages"]["lerobot"] == "0.4.4" and prov["cpu"]
     assert "pre-processor" in result["timed"]["lerobot"] and "PolicyEngine.step" in result["timed"]["ours"]
     assert text.index("## Headline") < text.index("## Every side") and "CPU only" in text
+    assert result["complete"] is True and "Partial" not in text
 
 
 def test_a_first_chunk_above_the_tolerance_fails_the_run(tmp_path: Path) -> None:
@@ -124,3 +125,21 @@ def test_bootstrap_interval_brackets_the_median_ratio() -> None:
     assert ci["low"] <= ci["ratio"] <= ci["high"] and ci["reps"] == 500
     assert spread.over_periods([5.0, 25.0, 40.0, 10.0]) == {"20ms": 0.5, "33ms": 0.25}
     assert spread.three_numbers([3.0, 1.0, 2.0]) == {"min": 1.0, "median": 2.0, "max": 3.0, "n": 3}
+
+
+def test_the_time_budget_skips_compiled_modes_that_would_not_fit_and_says_so() -> None:
+    import time
+
+    from benchmarks.race import RaceSettings, _budget_allows
+    s = RaceSettings(budget_s=100.0, started=time.perf_counter() - 40.0, jobs_total=4, jobs_done=0)
+    eager, compiled, optional = lerobot_side.modes("act", "fp32")
+    notes: list[str] = []
+    assert _budget_allows(s, eager, 1e9, notes, "act fp32")                 # eager modes always run
+    assert _budget_allows(s, compiled, 50.0, notes, "act fp32")             # 50 s of the 60 s left
+    assert not _budget_allows(s, compiled, 70.0, notes, "act fp32")
+    # an optional mode gets this job's share (100 s / 4 jobs, 40 s already spent): none left
+    assert not _budget_allows(s, optional, 1.0, notes, "act fp32")
+    s.jobs_done = 2                                                          # shares carried forward: 75 s
+    assert _budget_allows(s, optional, 10.0, notes, "act fp32")
+    assert len(notes) == 2 and "skipped act fp32 compiled" in notes[0] and "compiled-default" in notes[1]
+    assert _budget_allows(RaceSettings(), compiled, 1e9, notes, "x")         # no budget: everything runs
