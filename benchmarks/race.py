@@ -323,8 +323,10 @@ def side_lines(results: dict[str, dict]) -> list[str]:
         for side_name, v in r["sides"].items():
             e, fc, op = v["episode"], v["first_chunk"], v["over_period"]
             sp = _ci(v.get("speedup")) if side_name != "ours" else ""
+            skips = v.get("counters", {}).get("inductor.cudagraph_skips", 0)
             warm = (f"{v.get('warmup_s', float('nan')):.1f} ({v.get('warmup_episodes', 0)}, "
-                    f"{v.get('compiled_frames', 0)}{'' if v.get('settled', True) else ', still compiling'})")
+                    f"{v.get('compiled_frames', 0)}{'' if v.get('settled', True) else ', still compiling'}"
+                    f"{f', CUDA graphs skipped {skips}x' if skips else ''})")
             lines.append(
                 f"| {name} | {side_name} | {e['min']:.1f} / {e['median']:.1f} / {e['max']:.1f} | {sp} | "
                 f"{v['replan_p50_ms']:.3f} / {v['replan_p99_ms']:.3f} ({v['replans']}) | "
