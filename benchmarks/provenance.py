@@ -5,7 +5,8 @@ the GPU and driver, the CPU and the backend flags cannot be compared with the
 next run, nor reproduced. Every benchmark that writes JSON puts
 ``provenance(device)`` under the key ``"provenance"``.
 
-The commit comes from ``git`` in the checkout; a copy without ``.git`` (the
+The commit comes from ``git`` in the checkout, "dirty" when a file outside ``docs/``
+(where results go) is changed or untracked; a copy without ``.git`` (the
 device machine gets a copy of the working tree) can pass it in the environment:
 ``FLASHRT_COMMIT=<sha> FLASHRT_DIRTY=0|1``.
 """
@@ -37,7 +38,8 @@ def git_state() -> dict[str, Any]:
     """``{"commit", "dirty", "source"}``: from git when the checkout has it, else from the environment."""
     commit = _run(["git", "rev-parse", "HEAD"])
     if commit:
-        status = _run(["git", "status", "--porcelain"])     # untracked files count: new code is code
+        # changed or untracked files outside docs/ (docs/ holds results, often written by the run itself)
+        status = _run(["git", "status", "--porcelain", "--", ".", ":(exclude)docs"])
         return {"commit": commit, "dirty": bool(status) if status is not None else None, "source": "git"}
     env_commit = os.environ.get("FLASHRT_COMMIT")
     if env_commit:
