@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
 from benchmarks.lerobot_side import MODE_KEYS, LeRobotSide, Mode  # noqa: E402
-from benchmarks.provenance import provenance, summary_line  # noqa: E402
+from benchmarks.provenance import git_state, provenance, summary_line  # noqa: E402
 from benchmarks.race import (RaceSettings, apply_eval_flags, failures, headline_lines, race,  # noqa: E402
                              reference_chunk, side_lines, tolerance)
 from benchmarks.timing import sync  # noqa: E402
@@ -372,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.exit("the full size needs a CUDA GPU (use --size cpu or --size smoke on a CPU)")
     smoke = args.size == "smoke"
     steps, episodes, replans = (12, 2, 4) if smoke else (args.steps, args.episodes, args.replans)
+    git_state()                                    # the code that runs: read before anything else
     flags = apply_eval_flags(device)
     s = settings_from(args, steps, episodes, replans)
     precisions = [PRECISIONS[d] for d in args.dtypes.split(",")]

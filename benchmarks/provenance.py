@@ -12,6 +12,7 @@ device machine gets a copy of the working tree) can pass it in the environment:
 """
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -34,8 +35,12 @@ def _run(cmd: list[str], timeout: float = 10.0) -> str | None:
     return out.stdout.strip()
 
 
+@functools.lru_cache(maxsize=None)
 def git_state() -> dict[str, Any]:
-    """``{"commit", "dirty", "source"}``: from git when the checkout has it, else from the environment."""
+    """``{"commit", "dirty", "source"}``: from git when the checkout has it, else from the environment.
+
+    Read once per process: a benchmark calls it when it starts, so the record names the code that
+    ran, not edits made to the checkout while it ran."""
     commit = _run(["git", "rev-parse", "HEAD"])
     if commit:
         # changed or untracked files outside docs/ (docs/ holds results, often written by the run itself)
@@ -98,7 +103,7 @@ def provenance(device: torch.device | str, flags: dict[str, Any] | None = None) 
     device = torch.device(device)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
-        "git": git_state(),
+        "git": dict(git_state()),
         "packages": package_versions(),
         "python": platform.python_version(),
         "cuda": torch.version.cuda,

@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helper
 
 from benchmarks.policies import (add_race_args, observation_variants, publish, race_policy,  # noqa: E402
                                  settings_from)
+from benchmarks.provenance import git_state  # noqa: E402
 from benchmarks.race import apply_eval_flags  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("needs a CUDA GPU (use --smoke to check the script on CPU)")
     steps, episodes, replans, draws = ((8, 2, 3, 2) if args.smoke
                                        else (args.steps, args.episodes, args.replans, args.draws))
+    git_state()                                    # the code that runs: read before anything else
     flags = apply_eval_flags(device)
     s = settings_from(args, steps, episodes, replans)
     precisions = [{"float32": "fp32", "bfloat16": "bf16"}.get(d, d) for d in args.dtypes.split(",")]

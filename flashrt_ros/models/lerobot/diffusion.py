@@ -273,7 +273,7 @@ class ConditionalUnet1d(nn.Module):
         for mid in self.mid_modules:
             x = mid(x, next(film))
         for res1, res2, up in self.up_modules:
-            x = up(res2(res1(torch.cat((x, skips.pop()), dim=1), next(film)), next(film)))
+            x = conv1d(up, res2(res1(torch.cat((x, skips.pop()), dim=1), next(film)), next(film)))
         return conv1d(self.final_conv[1], self.final_conv[0](x)).transpose(1, 2)
 
     def forward(self, x: Tensor, timestep: Tensor, global_cond: Tensor) -> Tensor:
