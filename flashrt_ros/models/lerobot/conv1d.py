@@ -18,6 +18,14 @@ overlapping columns summed back with ``F.fold``, took 0.11 ms instead of 0.86 ms
 (256 channels, T=4) and 1.5 ms instead of 21 ms (1024 channels); the CPU replan
 above went from 134 to 122 ms with it (245 ms before either).
 
+Where it pays: the rows form has ~15 us of fixed cost (pad, im2col copy,
+transposes), and ``F.conv1d`` is as fast once the output has 16 steps (512->512,
+k=5, T=16: 0.62 vs 0.61 ms; 2->512: 12 vs 18 us). So a convolution takes the
+rows form when its output has at most ``ROW_STEPS`` (8) steps and its weight at
+least ``ROW_WEIGHTS`` (8192) elements (64->64, k=5, T=8: 35 -> 21 us; 16->32,
+k=3, T=8: 11 vs 15 us stays), a transposed one when its weight has at least
+``ROW_WEIGHTS`` (64 channels, T=8: 34 -> 24 us; 32 channels: 15 vs 18 us stays).
+
 Only the summation order changes (results equal ``F.conv1d`` /
 ``F.conv_transpose1d`` to float rounding); CUDA keeps cuDNN (``layout.py`` lays
 its weights out for it) and anything but a plain zero-padded, ungrouped,
@@ -31,17 +39,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 ROW_DTYPES = (torch.float32, torch.bfloat16)
+ROW_STEPS = 8          # a convolution's output steps at most, for the rows form
+ROW_WEIGHTS = 8192     # weight elements at least, for the rows form
 
 
 def conv1d(conv: nn.Module, x: Tensor) -> Tensor:
     """``conv(x)``: on the CPU a plain fp32 / bf16 ``nn.Conv1d`` runs as ``rows_conv1d``, an
-    ``nn.ConvTranspose1d`` as ``rows_conv_transpose1d``; anything else as itself."""
+    ``nn.ConvTranspose1d`` as ``rows_conv_transpose1d``, where that pays (see above); anything else as itself."""
     kind = type(conv)
     if (x.is_cuda or kind not in (nn.Conv1d, nn.ConvTranspose1d) or x.dtype not in ROW_DTYPES or conv.groups != 1
             or conv.dilation != (1,) or conv.padding_mode != "zeros" or isinstance(conv.padding, str)):
         return conv(x)
+    if conv.weight.numel() < ROW_WEIGHTS:
+        return conv(x)
     if kind is nn.ConvTranspose1d:
         return conv(x) if conv.output_padding != (0,) else rows_conv_transpose1d(conv, x)
+    (k,), (stride,), (pad,) = conv.kernel_size, conv.stride, conv.padding
+    if (x.shape[-1] + 2 * pad - k) // stride + 1 > ROW_STEPS:
+        return conv(x)
     return rows_conv1d(conv, x)
 
 
