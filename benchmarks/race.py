@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks.lerobot_side import LeRobotSide, Mode, build_policy, modes, warm_up
+from benchmarks.lerobot_side import (LeRobotSide, Mode, build_policy, compile_counters, counter_delta, modes,
+                                     warm_up)
 from benchmarks.spread import bootstrap_ratio, over_periods, pct, three_numbers
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.policy_interface import RNG_SEED
@@ -223,11 +224,14 @@ def race(kind: str, precision: str, lerobot_eager, directory: Path, engine: Poli
             name = side.name if side is not None else f"LeRobot {mode.key}"
             errors[name] = f"{type(exc).__name__}: {str(exc)[:400]}"
             print(f"[race] {label}: {name} failed: {errors[name]}", flush=True)
-    warm[ours.name] = warm_up(lambda: run(ours), False, s.warmup, s.warmup)
-    sides.append(ours)
+    try:
+        warm[ours.name] = warm_up(lambda: run(ours), False, s.warmup, s.warmup)
+        sides.append(ours)
+    except Exception as exc:                         # the run fails (``failures``), the LeRobot rows still count
+        errors[ours.name] = f"{type(exc).__name__}: {str(exc)[:400]}"
+        print(f"[race] {label}: ours failed: {errors[ours.name]}", flush=True)
 
     runs: dict[str, list[dict]] = {side.name: [] for side in sides}
-    from benchmarks.lerobot_side import compile_counters, counter_delta
     counters_before = compile_counters()
     for r in range(s.episodes):
         order = sides[r % len(sides):] + sides[:r % len(sides)]
@@ -241,7 +245,11 @@ def race(kind: str, precision: str, lerobot_eager, directory: Path, engine: Poli
                 print(f"[race] {label}: {side.name} failed: {errors[side.name]}", flush=True)
     live = [side for side in sides if side.name not in errors and runs[side.name]]
     have = min((sum(sum(e["replans"]) for e in runs[side.name]) for side in live), default=0)
-    extra_replans = replan_times(live, observations, noise, s.seed, max(0, s.replans - have)) if live else {}
+    extra_replans: dict[str, list[float]] = {}
+    try:
+        extra_replans = replan_times(live, observations, noise, s.seed, max(0, s.replans - have)) if live else {}
+    except Exception as exc:
+        notes.append(f"replan loop failed, replans from the episodes only: {type(exc).__name__}: {str(exc)[:300]}")
     compiles_during_timing = counter_delta(counters_before, compile_counters())
 
     tol = tolerance(precision, s.tolerances)

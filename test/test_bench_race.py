@@ -59,6 +59,20 @@ def test_a_first_chunk_above_the_tolerance_fails_the_run(tmp_path: Path) -> None
     assert "## Check failed" in text and "**FAIL**" in text
 
 
+def test_a_side_that_fails_is_reported_and_ours_failing_fails_the_run(tmp_path: Path, monkeypatch) -> None:
+    from benchmarks import race
+
+    def broken(self, obs, noise):
+        raise RuntimeError("engine broke")
+    monkeypatch.setattr(race.OurSide, "step", broken)
+    code, result, text = _run_policies(tmp_path, "--policies", "act", "--dtypes", "float32",
+                                       "--lerobot-modes", "eager")
+    r = result["results"]["act fp32"]
+    assert code == 1 and "ours" not in r["sides"] and "LeRobot eager" in r["sides"]
+    assert r["errors"]["ours"] == "RuntimeError: engine broke"
+    assert result["failures"] == ["act fp32: ours did not run (RuntimeError: engine broke)"]
+
+
 def test_failures_name_a_side_that_did_not_run() -> None:
     ok = {"sides": {"ours": {"first_chunk": {"passed": True, "max_rel": 0.0}}}, "errors": {}, "tolerance_rel": 1e-3}
     missing = {"sides": {}, "errors": {"ours": "RuntimeError: boom"}, "tolerance_rel": 1e-3}
