@@ -16,7 +16,13 @@ Commands:
 - ``kernel_gemv``, ``kernel_attention``, ``kernel_segment_copies``,
   ``kernel_decode_overhead``: micro-benchmarks of single kernels (GPU; ``gpu_args`` gives them
   ``--help`` and a clear refusal without CUDA).
-- ``run_gpu_suite.sh``: the GPU tests, ``capsules`` and ``llm`` in one go.
+- ``policies`` / ``smolvla``: the race against LeRobot (eager, compiled, autocast / bf16 weights), same
+  inputs and noise, outputs checked in the run; helpers ``race`` (one precision of one policy),
+  ``lerobot_side`` (LeRobot's modes, built and stepped as ``lerobot_eval`` does), ``spread``
+  (min / median / max, bootstrap interval, steps over a period).
+- ``run_gpu_suite.sh``: the GPU tests, ``capsules``, ``llm`` and the races in one go.
+
+``provenance`` puts the commit, package versions, machine and flags into every JSON a benchmark writes.
 
 Helpers of ``llm``: ``timing`` (timers, copy floor), ``models`` (model pairs),
 ``measure`` (one model at one context), ``anatomy`` (profiler breakdown),

@@ -43,6 +43,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from benchmarks.provenance import provenance
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.policy_factory import make_policy
 from flashrt_ros.models.policy_interface import RNG_SEED
@@ -293,14 +294,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.combine:
         parts = [json.loads(p.read_text()) for p in args.combine]
         result = parts[0] | {"policies": {k: v for p in parts for k, v in p["policies"].items()},
-                             "wall_s": sum(p["wall_s"] for p in parts)}
+                             "wall_s": sum(p["wall_s"] for p in parts),
+                             "provenance": {"combined_from": [p.get("provenance") for p in parts],
+                                            "rendered_by": provenance("cpu")}}
     else:
         torch.set_num_threads(1)      # a shared 2-core machine: one thread is faster (see examples/train_arm)
         seeds = list(range(args.first_seed, args.first_seed + args.episodes))
         cells = [c for c in args.cells.split(",") if c]
         t0 = time.perf_counter()
         result = {"episodes": args.episodes, "seeds": seeds, "interrupt_steps": args.interrupt_steps,
-                  "criterion": asdict(ReachCriterion()), "machine": machine(), "policies": {}}
+                  "criterion": asdict(ReachCriterion()), "machine": machine(), "provenance": provenance("cpu"),
+                  "policies": {}}
         for name in [p for p in args.policies.split(",") if p]:
             result["policies"][name] = evaluate(name, POLICIES[name], seeds, cells, args.interrupt_steps)
         result["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -31,6 +31,7 @@ from benchmarks.budget import TimeBudget
 from benchmarks.measure import RunSettings, measure_hf, measure_ours
 from benchmarks.models import (MODELS, ModelPair, build_hybrid, build_smollm2, parameter_count,
                                            weight_read_bytes)
+from benchmarks.provenance import provenance
 from benchmarks.report import plot, render
 from benchmarks.timing import copy_bandwidth
 from flashrt_ros.models.base import FingerprintInputs
@@ -224,7 +225,8 @@ def write(result: dict[str, Any], out: Path) -> Path:
         markdown += "\n![follow-up turn: time to first token](llm_ttft.png)\n"
     path = out / "llm.md"
     path.write_text(markdown)
-    (out / "llm.json").write_text(json.dumps({**result, "notes": notes}, indent=1, default=str))
+    (out / "llm.json").write_text(json.dumps({**result, "notes": notes, "provenance": provenance(result["machine"]["device"])},
+                                             indent=1, default=str))
     print(markdown, flush=True)
     return path
 

@@ -1,52 +1,71 @@
-"""LeRobot ACT and Diffusion Policy over whole episodes: our engine vs LeRobot's eager ``select_action``.
+"""LeRobot ACT and Diffusion Policy over whole episodes: our engine vs LeRobot at its fastest, eager and compiled.
 
 What a robot pays: an episode of ``--steps`` (200) control steps from a reset,
-each step timed host-side up to a synchronisation, ours and LeRobot's episodes
-alternating in one run, same device, same weights (LeRobot builds the policy
-with seeded random weights at ALOHA-ACT and PushT-Diffusion sizes and saves it;
-we load that checkpoint directory), fp32 and bf16. Reported per policy and
-dtype: the median episode time, replanning steps (a new chunk is predicted) and
-queue pops apart (p50 / p99), and the fraction of steps over a 20 ms (50 Hz) period.
+same device, same weights (LeRobot builds the policy with seeded random weights
+at ALOHA-ACT and PushT-Diffusion sizes and saves it; we load that checkpoint
+directory), fp32 and bf16. ``benchmarks.race`` races one precision: our engine
+against every LeRobot mode of it (eager; ``torch.compile`` / its own
+``compile_model`` with reduce-overhead and default; bf16 under autocast),
+warmed up until compiling stops, sides alternating, the same host observations
+and the same injected noise on both sides, the first chunk checked against
+LeRobot eager fp32 (exit status 1 when ours is above the tolerance).
 
-* LeRobot: ``select_action`` on a batch already on the device and normalised
-  (its pre/post-processors are not timed); bf16 runs under ``torch.autocast``
-  (its code creates fp32 tensors internally, so casting the weights alone fails).
-* ours: ``PolicyEngine.step`` (observation copy into the static inputs,
-  normalisation, the step, unnormalisation, boundary commit with its rollback
-  record, the final synchronisation), with CUDA graphs on a GPU; bf16 casts the
-  networks (``cast_networks``). The replan-or-pop choice is made on the host.
-* capsules: ``snapshot`` / ``restore`` of the policy state (device tier) vs a
-  device-to-device copy of the same bytes, each timed host-side with a
-  synchronisation (median).
+Timed per step on each side (host observation in, action on the host out):
+
+* LeRobot: its pre-processor (batch dim, to the device, normalisation),
+  ``select_action`` under ``torch.inference_mode()`` (and ``torch.autocast`` for
+  bf16), its post-processor (unnormalisation, to the CPU): what ``lerobot_eval``
+  runs per step.
+* ours: ``PolicyEngine.step`` under ``torch.inference_mode()`` (validation, copy
+  into the static inputs, the replan or pop graph with normalisation and
+  unnormalisation inside, boundary commit with its rollback record, the
+  synchronisation), then the action to the host. bf16 casts the networks.
+
+Flags (both sides, recorded): ``lerobot_eval``'s cudnn.benchmark and TF32.
+Every JSON carries ``benchmarks.provenance``.
 
     python -m benchmarks.policies --out docs/benchmarks/lerobot_policies_h200.md \
-        --png docs/benchmarks/lerobot_policies_h200.png --json docs/benchmarks/lerobot_policies_h200.json
-    python -m benchmarks.policies --size cpu --episodes 2   # this CPU, a smaller UNet and camera
-    python -m benchmarks.policies --size smoke              # tiny shapes: checks the script runs
+        --json docs/benchmarks/lerobot_policies_h200.json --time-budget-s 420      # the device race
+    python -m benchmarks.policies --size cpu --steps 48 --episodes 3              # this CPU, smaller shapes
+    python -m benchmarks.policies --size smoke                                    # tiny shapes: checks it runs
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
-from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
+from benchmarks.lerobot_side import MODE_KEYS, LeRobotSide, Mode  # noqa: E402
+from benchmarks.provenance import git_state, provenance, summary_line  # noqa: E402
+from benchmarks.race import (RaceSettings, apply_eval_flags, failures, headline_lines, race,  # noqa: E402
+                             reference_chunk, side_lines, tolerance)
 from benchmarks.timing import sync  # noqa: E402
+from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
 from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
-
-PERIOD_MS = 20.0          # a 50 Hz controller's step period
+PRECISIONS = {"float32": "fp32", "bfloat16": "bf16", "fp32": "fp32", "bf16": "bf16"}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+TIMED = {
+    "lerobot": "pre-processor (batch dim, to the device, normalisation; SmolVLA: task tokenisation) + "
+               "select_action under torch.inference_mode() (+ torch.autocast bf16) + post-processor "
+               "(unnormalisation, to the CPU), from host observation tensors",
+    "ours": "PolicyEngine.step under torch.inference_mode() (validation, copy into the static inputs, the replan "
+            "or pop graph incl. normalisation and unnormalisation, boundary commit + rollback record, device "
+            "synchronisation) + the action to the host, from the same host observation tensors",
+    "episode": "wall clock from the reset (included) to the last action on the host; noise for a plan is drawn "
+               "before its step (untimed)",
+}
 
 
 def make_checkpoint(kind: str, directory: Path, size: str, cameras: tuple[str, ...] = (),
@@ -103,43 +122,12 @@ def make_checkpoint(kind: str, directory: Path, size: str, cameras: tuple[str, .
     return policy.eval(), obs
 
 
-def lerobot_will_replan(policy) -> bool:
-    """Whether LeRobot's next ``select_action`` predicts a chunk (its action queue is empty)."""
-    queue = getattr(policy, "_action_queue", None)
-    if queue is None:
-        queue = policy._queues["action"]
-    return len(queue) == 0
-
-
-def lerobot_episode(policy, batches: list[dict], device: torch.device, dtype: torch.dtype, steps: int) -> dict:
-    """One episode from ``reset()``: per-step ms and whether each step replanned."""
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
-    times, replans = [], []
-    with torch.no_grad(), autocast:
-        t_start = time.perf_counter()
-        policy.reset()
-        for i in range(steps):
-            replans.append(lerobot_will_replan(policy))
-            t0 = time.perf_counter()
-            policy.select_action(dict(batches[i % len(batches)]))
-            sync(device)
-            times.append((time.perf_counter() - t0) * 1e3)
-        total = (time.perf_counter() - t_start) * 1e3
-    return {"episode_ms": total, "times": times, "replans": replans}
-
-
-def our_episode(engine: PolicyEngine, observations: list[dict], steps: int) -> dict:
-    times, replans = [], []
-    t_start = time.perf_counter()
-    engine.capsules.reset()
-    for i in range(steps):
-        replan = engine.next_step_replans()          # host mirror: no device read
-        replans.append(True if replan is None else replan)
-        t0 = time.perf_counter()
-        engine.step(observations[i % len(observations)])
-        times.append((time.perf_counter() - t0) * 1e3)
-    total = (time.perf_counter() - t_start) * 1e3
-    return {"episode_ms": total, "times": times, "replans": replans}
+def observation_variants(obs: dict, device: torch.device, n: int = 4) -> list[dict]:
+    """``n`` slightly perturbed copies of ``obs`` on ``device`` (images stay in [0, 1])."""
+    gen = torch.Generator().manual_seed(5)
+    return [{k: ((v + 0.01 * torch.randn(v.shape, generator=gen)).clamp(0, 1) if v.dim() == 3 else
+                 v + 0.1 * torch.randn(v.shape, generator=gen)).to(device) for k, v in obs.items()}
+            for _ in range(n)]
 
 
 def capsule_times(engine: PolicyEngine, device: torch.device, copy_bytes: int | None = None) -> dict:
@@ -165,189 +153,274 @@ def capsule_times(engine: PolicyEngine, device: torch.device, copy_bytes: int | 
             "copy_floor_ms": percentile(floor, 50)}
 
 
-def summarize(episodes: list[dict]) -> dict:
-    """Median episode time, replan / pop percentiles and the share of steps over the 20 ms period."""
-    times = [t for e in episodes for t in e["times"]]
-    replan = [t for e in episodes for t, r in zip(e["times"], e["replans"]) if r]
-    pop = [t for e in episodes for t, r in zip(e["times"], e["replans"]) if not r]
-    def pct(xs: list[float], q: float) -> float:
-        return percentile(xs, q) if xs else float("nan")
-    return {"episode_ms": percentile([e["episode_ms"] for e in episodes], 50),
-            "episodes": [round(e["episode_ms"], 3) for e in episodes],
-            "replan_p50_ms": pct(replan, 50), "replan_p99_ms": pct(replan, 99), "replans": len(replan),
-            "pop_p50_ms": pct(pop, 50), "pop_p99_ms": pct(pop, 99), "pops": len(pop),
-            "over_period": sum(t > PERIOD_MS for t in times) / max(len(times), 1)}
-
-
-def observation_variants(obs: dict, device: torch.device, n: int = 4) -> list[dict]:
-    """``n`` slightly perturbed copies of ``obs`` on ``device`` (images stay in [0, 1])."""
-    gen = torch.Generator().manual_seed(5)
-    return [{k: ((v + 0.01 * torch.randn(v.shape, generator=gen)).clamp(0, 1) if v.dim() == 3 else
-                 v + 0.1 * torch.randn(v.shape, generator=gen)).to(device) for k, v in obs.items()}
-            for _ in range(n)]
-
-
-def alternate(name: str, ref, batches: list[dict], engine: PolicyEngine, ours_obs: list[dict],
-              device: torch.device, dtype: torch.dtype, steps: int, episodes: int, warmup: int = 1) -> dict:
-    """Alternating episodes, LeRobot then ours (``warmup`` of each first, not counted): ``summarize``
-    of each side, and the error of a side that failed (the other keeps measuring)."""
-    runs: dict[str, list[dict]] = {"lerobot": [], "ours": []}
-    errors: dict[str, str] = {}
-    for i in range(episodes + warmup):
-        for who in ("lerobot", "ours"):
-            if who in errors:
-                continue
-            try:
-                e = (lerobot_episode(ref, batches, device, dtype, steps) if who == "lerobot"
-                     else our_episode(engine, ours_obs, steps))
-            except Exception as exc:           # report, keep measuring the other side
-                errors[who] = f"{type(exc).__name__}: {exc}"
-                print(f"{name}: {who} failed: {errors[who]}", flush=True)
-                continue
-            if i >= warmup:
-                runs[who].append(e)
-    return {**{who: summarize(eps) for who, eps in runs.items() if eps}, "errors": errors}
-
-
-def compare(kind: str, policy, obs: dict, directory: Path, device: torch.device, dtype: torch.dtype,
-            steps: int, episodes: int, tmp: Path, warmup: int = 1) -> dict:
-    """``alternate`` over our engine of the checkpoint and LeRobot's policy; the capsule times."""
-    ours_obs = observation_variants(obs, device)
-    batches = [{k: v.unsqueeze(0) for k, v in o.items()} for o in ours_obs]
-    ref = policy.to(device)
-    engine = PolicyEngine(load_lerobot_policy(directory, dtype=dtype), device=device,
-                          cuda_graph=device.type == "cuda", directory=str(tmp))
-    try:
-        result = alternate(f"{kind} {dtype}", ref, batches, engine, ours_obs, device, dtype, steps, episodes, warmup)
-        result["capsule"] = capsule_times(engine, device)
-    finally:
-        engine.close()
-        ref.to("cpu")
-    return result
-
-
 def machine(device: torch.device) -> str:
-    if device.type == "cuda":
-        p = torch.cuda.get_device_properties(device)
-        return f"{p.name} ({p.total_memory / 2**30:.0f} GiB), torch {torch.__version__}, CUDA {torch.version.cuda}"
-    return f"CPU only ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs), torch {torch.__version__}"
+    """One line naming the machine (kept for older callers; the JSON has ``provenance``)."""
+    return summary_line(provenance(device))
 
 
-def table_rows(results: dict[str, dict]) -> list[dict]:
-    """One flat row per ``alternate`` result: episode times, speed-up, replan / pop percentiles."""
-    nan = float("nan")
-    rows = []
+def plan_noise(kind: str, ours: torch.nn.Module, seed: int, device: torch.device) -> Callable[[int], Any]:
+    """Plan ``p``'s initial noise as our engine draws it for an episode seeded ``seed`` (cached on the device),
+    in the shape LeRobot's ``select_action(noise=...)`` takes; ACT draws none."""
+    if kind == "act":
+        return lambda plan: None
+    if kind == "diffusion":
+        if any(step.sigma > 0 for step in ours.steps):
+            raise ValueError("the race injects only the initial noise: use DDIM (DDPM adds noise at each step)")
+
+        @functools.lru_cache(maxsize=None)
+        def diffusion(plan: int) -> torch.Tensor:
+            t = lambda x: torch.tensor(x, device=device)           # noqa: E731
+            return ours.noise(t(seed), t(plan), 0).unsqueeze(0)
+        return diffusion
+    from flashrt_ros.ops.counter_rng import normal
+    c = ours.cfg
+
+    @functools.lru_cache(maxsize=None)
+    def smolvla(plan: int) -> torch.Tensor:
+        n = c.chunk_size * c.max_action_dim
+        return normal(torch.tensor(seed, device=device), torch.tensor(plan, device=device), n).view(
+            1, c.chunk_size, c.max_action_dim)
+    return smolvla
+
+
+def race_policy(kind: str, policy, directory: Path, observations: list[dict], precisions: Sequence[str],
+                device: torch.device, s: RaceSettings, tmp: Path, extra: dict[str, Any] | None = None,
+                prepare: Callable[[torch.nn.Module], None] | None = None,
+                after: Callable[[PolicyEngine], dict] | None = None, device_budget_bytes: int = 64 << 20,
+                live_capsule_bytes: bool = False,
+                on_result: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
+    """Race every precision of one policy: our engine (built per precision) against LeRobot's modes.
+
+    ``prepare``: called on our policy before the engine is built (SmolVLA's
+    instruction); ``after``: extra measurements on our engine (SmolVLA's redraw);
+    ``on_result``: called with each finished race (the caller writes partial results,
+    so a run cut short by a timeout still leaves its finished races)."""
+    out: dict[str, dict] = {}
+    policy = policy.eval().to(device)
+    reference_side = LeRobotSide(kind, Mode("eager", "fp32", None, False, False), policy, directory, device, extra)
+    chunk = min(policy.config.n_action_steps, s.steps)
+    reference = None
+    for precision in precisions:
+        name = f"{kind} {precision}"
+        t0 = time.perf_counter()
+        ours = load_lerobot_policy(directory, dtype=DTYPES[precision])
+        if prepare is not None:
+            prepare(ours)
+        engine = PolicyEngine(ours, device=device, cuda_graph=device.type == "cuda",
+                              directory=str(tmp / f"caps_{kind}_{precision}"), device_budget_bytes=device_budget_bytes)
+        build_s = time.perf_counter() - t0
+        try:
+            noise = plan_noise(kind, engine.policy, s.seed, device)
+            if reference is None:
+                reference = reference_chunk(reference_side, observations, chunk, noise, s.seed)
+            result = race(kind, precision, policy, directory, engine, observations, noise, reference, device, s,
+                          extra)
+            result["ours_build_s"] = build_s
+            result["capsule"] = capsule_times(engine, device, engine.arena.live_nbytes() if live_capsule_bytes
+                                              else None)
+            if after is not None:
+                result.update(after(engine))
+        finally:
+            engine.close()
+            del engine
+            torch._dynamo.reset()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        out[name] = result
+        s.jobs_done += 1
+        print(json.dumps({name: {k: v for k, v in result.items() if k != "sides"}}, default=str), flush=True)
+        if on_result is not None:
+            on_result(name, result)
+    policy.to("cpu")
+    return out
+
+
+def capsule_lines(results: dict[str, dict]) -> list[str]:
+    lines = ["| policy | state bytes | live bytes | snapshot ms | restore ms | copy floor ms | bytes copied |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in results.items():
-        lr, ours = r.get("lerobot", {}), r.get("ours", {})
-        rows.append({"policy": name, "episode_lerobot_ms": lr.get("episode_ms", nan),
-                     "episode_ours_ms": ours.get("episode_ms", nan),
-                     "speedup": lr.get("episode_ms", nan) / ours.get("episode_ms", nan),
-                     **{f"{who}_{k}": d.get(k, nan) for who, d in (("lerobot", lr), ("ours", ours))
-                        for k in ("replan_p50_ms", "replan_p99_ms", "pop_p50_ms", "pop_p99_ms", "over_period")},
-                     "errors": r.get("errors", {})})
-    return rows
-
-
-def table_lines(rows: list[dict], results: dict[str, dict]) -> list[str]:
-    """Markdown: the episode table of ``table_rows``, the failures, the capsule table."""
-    lines = ["| policy | episode LeRobot | episode ours | speed-up | replan p50 / p99 LeRobot | replan p50 / p99 ours "
-             "| pop p50 / p99 LeRobot | pop p50 / p99 ours | steps > 20 ms LeRobot / ours |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        lines.append(
-            f"| {r['policy']} | {r['episode_lerobot_ms']:.1f} | {r['episode_ours_ms']:.1f} | {r['speedup']:.2f}x | "
-            f"{r['lerobot_replan_p50_ms']:.3f} / {r['lerobot_replan_p99_ms']:.3f} | "
-            f"{r['ours_replan_p50_ms']:.3f} / {r['ours_replan_p99_ms']:.3f} | "
-            f"{r['lerobot_pop_p50_ms']:.3f} / {r['lerobot_pop_p99_ms']:.3f} | "
-            f"{r['ours_pop_p50_ms']:.3f} / {r['ours_pop_p99_ms']:.3f} | "
-            f"{100 * r['lerobot_over_period']:.1f} % / {100 * r['ours_over_period']:.1f} % |")
-    failures = [f"{r['policy']}: {who} failed: {err}" for r in rows for who, err in r["errors"].items()]
-    if failures:
-        lines += [""] + [f"- {f}" for f in failures]
-    lines += ["", "| policy | state bytes | live bytes | snapshot ms | restore ms | copy floor ms | bytes copied |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, r in results.items():
-        c = r["capsule"]
-        lines.append(f"| {name} | {c['state_bytes']} | {c['live_bytes']} | {c['snapshot_ms']:.4f} | "
-                     f"{c['restore_ms']:.4f} | {c['copy_floor_ms']:.4f} | {c['copy_bytes']} |")
+        c = r.get("capsule")
+        if c:
+            lines.append(f"| {name} | {c['state_bytes']} | {c['live_bytes']} | {c['snapshot_ms']:.4f} | "
+                         f"{c['restore_ms']:.4f} | {c['copy_floor_ms']:.4f} | {c['copy_bytes']} |")
     return lines
 
 
-def main() -> None:
+def report(title: str, what: str, results: dict[str, dict], s: RaceSettings, prov: dict, command: str,
+           inputs: str) -> str:
+    """The markdown page: machine, what was timed, the fair headline first, every side, checks, capsules, notes."""
+    flags = prov["flags"]
+    lines = [f"# {title}", "",
+             f"Machine: {summary_line(prov)}. {what}; {s.steps} steps per episode from a reset, {s.episodes} timed "
+             f"episodes per side (after {s.warmup} warm-up; a compiled LeRobot mode: until an episode compiles "
+             f"nothing, at most {s.compile_warmup_max}), sides alternating (the first side rotates), at least "
+             f"{s.replans} replans per side (episodes + a replan loop); times in ms; load average at the end "
+             f"{prov['load_average'][0] if prov['load_average'] else float('nan'):.2f}.", "",
+             f"Command: `{command}`", "",
+             f"Timed, LeRobot: {TIMED['lerobot']}. Ours: {TIMED['ours']}. Episode: {TIMED['episode']}. "
+             f"Observations start on the {inputs}.", "",
+             f"Flags on both sides (lerobot_eval's): cudnn.benchmark={flags['cudnn.benchmark']}, "
+             f"cuda.matmul.allow_tf32={flags['cuda.matmul.allow_tf32']}, cudnn.allow_tf32={flags['cudnn.allow_tf32']}, "
+             f"float32_matmul_precision={flags['float32_matmul_precision']}, every step under torch.inference_mode(). "
+             f"Same noise: LeRobot's select_action(noise=...) gets our stream's draw of each plan (seed {s.seed}).", "",
+             "## Headline: ours against LeRobot's fastest mode of the precision", "",
+             "Speed-up = median LeRobot episode / median ours, 95 % bootstrap interval over episodes. Only a "
+             "LeRobot mode whose first chunk passed the check can be the baseline.", "",
+             *headline_lines(results), "",
+             "## Every side", "",
+             "First-chunk error: max |action - LeRobot eager fp32's| over the first chunk of the first timed "
+             f"episode, relative to the largest reference action; tolerance fp32 {tolerance('fp32', s.tolerances):.0e}"
+             f" ({'TF32 on' if torch.backends.cuda.matmul.allow_tf32 and device_is_cuda(prov) else 'no TF32'}), "
+             f"bf16 {tolerance('bf16', s.tolerances):.0e}. Warm-up: seconds, episodes, frames torch.compile "
+             "compiled (a compiled mode warms up until an episode compiles nothing).", "",
+             *side_lines(results), "",
+             "## Capsules (ours)", "", *capsule_lines(results)]
+    notes = [f"{name}: {n}" for name, r in results.items() for n in r.get("notes", [])]
+    notes += [f"{name}: torch.compile compiled during the timed episodes: {r['compile_counters_during_timing']}"
+              for name, r in results.items() if r.get("compile_counters_during_timing", {}).get("frames.total")]
+    if notes:
+        lines += ["", "## Notes", "", *[f"- {n}" for n in notes]]
+    return "\n".join(lines) + "\n"
+
+
+def device_is_cuda(prov: dict) -> bool:
+    return prov.get("gpu") is not None
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=200, help="control steps per episode")
-    ap.add_argument("--episodes", type=int, default=3, help="timed episodes per side (after one warm-up)")
+    ap.add_argument("--episodes", type=int, default=10, help="timed episodes per side")
     ap.add_argument("--size", choices=("full", "cpu", "smoke"), default="full",
                     help="full: ALOHA ACT 480x640, PushT Diffusion; cpu: ACT 240x320, UNet (128, 256, 512); "
-                         "smoke: tiny shapes")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed episodes per side first")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
+                         "smoke: tiny shapes (12 steps, 2 episodes)")
+    add_race_args(ap)
     ap.add_argument("--policies", default="act,diffusion")
-    ap.add_argument("--out", type=Path, help="markdown table")
+    ap.add_argument("--out", type=Path, help="markdown report")
     ap.add_argument("--png", type=Path, help="bar chart of episode times")
-    ap.add_argument("--json", type=Path, help="raw numbers")
-    args = ap.parse_args()
-    nan = float("nan")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type != "cuda" and args.size == "full":
-        sys.exit("the full size needs a CUDA GPU (use --size cpu or --size smoke on a CPU)")
-    steps = 12 if args.size == "smoke" else args.steps
-    episodes = 1 if args.size == "smoke" else args.episodes
-    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
-    results: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.policies.split(","):
-            directory = Path(tmp) / kind
-            policy, obs = make_checkpoint(kind, directory, args.size)
-            for dtype in dtypes:
-                name = f"{kind} {str(dtype).removeprefix('torch.')}"
-                results[name] = compare(kind, policy, obs, directory, device, dtype, steps, episodes,
-                                        Path(tmp) / f"caps_{kind}_{dtype}", args.warmup)
-                print(json.dumps({name: results[name]}), flush=True)
-    rows = table_rows(results)
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (nan, nan, nan)
-    lines = ["# LeRobot policies over whole episodes: our engine vs LeRobot eager select_action", "",
-             f"Machine: {machine(device)}. Size: {args.size}. {steps} steps per episode from a reset, median of "
-             f"{episodes} episodes per side (after {args.warmup} warm-up each), sides alternating; times in ms; load average "
-             f"at the end {load[0]:.2f}.", "", *table_lines(rows, results)]
-    text = "\n".join(lines) + "\n"
-    print(text)
+    ap.add_argument("--json", type=Path, help="raw numbers with provenance")
+    return ap.parse_args(argv)
+
+
+def add_race_args(ap: argparse.ArgumentParser) -> None:
+    """The options ``benchmarks.policies`` and ``benchmarks.smolvla`` share."""
+    ap.add_argument("--warmup", type=int, default=1, help="untimed episodes per side first (eager sides)")
+    ap.add_argument("--compile-warmup-max", type=int, default=6,
+                    help="at most this many warm-up episodes for a compiled LeRobot mode")
+    ap.add_argument("--replans", type=int, default=50, help="replanning steps per side at least")
+    ap.add_argument("--dtypes", default="float32,bfloat16", help="precisions raced: float32, bfloat16")
+    ap.add_argument("--lerobot-modes", default=None,
+                    help=f"LeRobot modes to race (default: all of the precision): {', '.join(MODE_KEYS)}")
+    ap.add_argument("--compile-mode", default="reduce-overhead",
+                    help="torch.compile mode of the 'compiled' modes (LeRobot's compile_mode)")
+    ap.add_argument("--inputs", choices=("host", "device"), default="host",
+                    help="where observations start: host (what a robot hands over) or already on the device")
+    ap.add_argument("--seed", type=int, default=7, help="the episodes' noise seed")
+    ap.add_argument("--tol-fp32", type=float, default=None, help="first-chunk tolerance, fp32 (relative)")
+    ap.add_argument("--tol-bf16", type=float, default=None, help="first-chunk tolerance, bf16 (relative)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads for both sides (default: torch's choice; on a shared 2-core machine 1 "
+                         "keeps a descheduled thread from stalling every parallel op)")
+    ap.add_argument("--time-budget-s", type=float, default=None,
+                    help="wall-clock budget: compiled / optional LeRobot modes that would not fit are skipped (noted)")
+
+
+def settings_from(args: argparse.Namespace, steps: int, episodes: int, replans: int) -> RaceSettings:
+    """The race's settings from the shared options (``--threads`` applies here, before anything runs)."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return RaceSettings(steps=steps, episodes=episodes, warmup=args.warmup,
+                        compile_warmup_max=args.compile_warmup_max, replans=replans, seed=args.seed,
+                        compile_mode=args.compile_mode,
+                        lerobot_modes=tuple(args.lerobot_modes.split(",")) if args.lerobot_modes else None,
+                        tolerances={"fp32": args.tol_fp32, "bf16": args.tol_bf16}, budget_s=args.time_budget_s)
+
+
+def publish(args: argparse.Namespace, title: str, what: str, results: dict[str, dict], s: RaceSettings,
+            device: torch.device, flags: dict, command: str, tail: Callable[[dict[str, dict]], str] | None = None,
+            final: bool = True) -> list[str]:
+    """Write the markdown (``--out``) and the JSON (``--json``) of ``results``; returns the check's failures.
+
+    Called after every race with ``final=False`` (the page says how many races are done),
+    then once at the end."""
+    prov = provenance(device, flags)
+    text = report(title, what, results, s, prov, command, args.inputs)
+    if not final:
+        text = text.replace("\n\n", f"\n\n**Partial: {len(results)} of {s.jobs_total} races done.**\n\n", 1)
+    if tail is not None:
+        text += tail(results)
+    failed = failures(results)
+    if failed:
+        text += "\n## Check failed\n\n" + "\n".join(f"- {f}" for f in failed) + "\n"
+    if final:
+        print(text, flush=True)
     if args.out:
         args.out.write_text(text)
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(device), "size": args.size, "steps": steps,
-                                         "episodes": episodes, "load_average": load, "rows": rows,
-                                         "results": results}, indent=1))
-    if args.png:
-        plot(rows, machine(device), steps, args.png)
+        record = {"provenance": prov, "command": command, "size": what, "inputs": args.inputs, "timed": TIMED,
+                  "settings": vars(s), "complete": final, "results": results, "failures": failed}
+        args.json.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    if final and getattr(args, "png", None) is not None and results:
+        plot(results, summary_line(prov), s.steps, args.png)
+    return failed
 
 
-def plot(rows: list[dict], title: str, steps: int, path: Path) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type != "cuda" and args.size == "full":
+        sys.exit("the full size needs a CUDA GPU (use --size cpu or --size smoke on a CPU)")
+    smoke = args.size == "smoke"
+    steps, episodes, replans = (12, 2, 4) if smoke else (args.steps, args.episodes, args.replans)
+    git_state()                                    # the code that runs: read before anything else
+    flags = apply_eval_flags(device)
+    s = settings_from(args, steps, episodes, replans)
+    precisions = [PRECISIONS[d] for d in args.dtypes.split(",")]
+    kinds = args.policies.split(",")
+    s.jobs_total = len(kinds) * len(precisions)
+    inputs = torch.device("cpu") if args.inputs == "host" else device
+    command = " ".join(["python -m benchmarks.policies", *(sys.argv[1:] if argv is None else argv)])
+    title = "LeRobot ACT / Diffusion Policy over whole episodes: our engine vs LeRobot eager and compiled"
+    results: dict[str, dict] = {}
+
+    def partial(name: str, result: dict) -> None:
+        results[name] = result
+        publish(args, title, f"Size: {args.size}", results, s, device, flags, command, final=False)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in kinds:
+            directory = Path(tmp) / kind
+            policy, obs = make_checkpoint(kind, directory, args.size)
+            observations = observation_variants(obs, inputs)
+            race_policy(kind, policy, directory, observations, precisions, device, s, Path(tmp), on_result=partial)
+    failed = publish(args, title, f"Size: {args.size}", results, s, device, flags, command)
+    if failed:
+        print("CHECK FAILED: " + "; ".join(failed), flush=True)
+        return 1
+    return 0
+
+
+def plot(results: dict[str, dict], title: str, steps: int, path: Path) -> None:
+    """Median episode per side (log scale), one group per policy and precision."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
-    x = range(len(rows))
-    labels = [r["policy"] for r in rows]
-    ax1.bar([i - 0.2 for i in x], [r["episode_lerobot_ms"] for r in rows], 0.4, label="LeRobot select_action (eager)")
-    ax1.bar([i + 0.2 for i in x], [r["episode_ours_ms"] for r in rows], 0.4, label="ours (PolicyEngine)")
-    ax1.set_xticks(list(x), labels, fontsize=8)
-    ax1.set_yscale("log")
-    ax1.set_ylabel(f"episode time, {steps} steps from reset (ms)")
-    ax1.legend(fontsize=8)
-    width = 0.2
-    for j, (key, label) in enumerate((("lerobot_replan_p50_ms", "LeRobot replan"), ("ours_replan_p50_ms", "ours replan"),
-                                      ("lerobot_pop_p50_ms", "LeRobot pop"), ("ours_pop_p50_ms", "ours pop"))):
-        ax2.bar([i + (j - 1.5) * width for i in x], [r[key] for r in rows], width, label=label)
-    ax2.axhline(PERIOD_MS, color="grey", linestyle="--", linewidth=0.8)
-    ax2.set_xticks(list(x), labels, fontsize=8)
-    ax2.set_yscale("log")
-    ax2.set_ylabel("p50 step latency (ms); dashed: 20 ms")
-    ax2.legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
+    names = list(results)
+    sides = list(dict.fromkeys(side for r in results.values() for side in r["sides"]))
+    fig, ax = plt.subplots(figsize=(max(8, 2 * len(names)), 4.5))
+    width = 0.8 / max(len(sides), 1)
+    for j, side in enumerate(sides):
+        xs = [i + (j - (len(sides) - 1) / 2) * width for i in range(len(names))]
+        ax.bar(xs, [results[n]["sides"].get(side, {}).get("episode_ms", float("nan")) for n in names], width,
+               label=side)
+    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"median episode, {steps} steps from reset (ms)")
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.policies import make_checkpoint
+from benchmarks.provenance import provenance
 from benchmarks.timing import copy_bandwidth, median_event_ms
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.lerobot import load_lerobot_policy
@@ -102,7 +103,8 @@ def main() -> None:
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"copy_bandwidth_GBps": bandwidth / 1e9, "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"provenance": provenance(torch.device("cuda")),
+                                         "copy_bandwidth_GBps": bandwidth / 1e9, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -28,8 +28,6 @@ import argparse
 import json
 import math
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +40,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
+from benchmarks.provenance import provenance, summary_line  # noqa: E402
 from flashrt_ros.engine.chunk_planner import ReplanConfig  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
@@ -228,23 +227,11 @@ def arm_part(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- report -------------------------------------------------------------------------------------
-def provenance(device: str) -> dict[str, Any]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=ROOT)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    out = {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "torch": torch.__version__,
-           "cpu": cpu, "cores": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 2)}
-    if device.startswith("cuda") and torch.cuda.is_available():
-        out.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)
-    return out
-
-
 def markdown(result: dict[str, Any]) -> str:
     p = result["provenance"]
-    where = p.get("gpu") or f"{p['cores']}-core CPU ({p['cpu']})"
-    lines = [f"# Replanning beside the loop: {result['part']} ({where}, commit {p['commit']}"
-             f"{', dirty' if p['dirty'] else ''}, load {p['load_1min']})", ""]
+    load = p["load_average"][0] if p.get("load_average") else float("nan")
+    lines = [f"# Replanning beside the loop: {result['part']}", "", f"{summary_line(p)}; {os.cpu_count()} CPU cores, "
+             f"load {load:.2f} at the end", ""]
     if result["part"] == "loop":
         lines += ["| policy | dtype | Hz | mode | cold start ms | steps over the period | step p50 / p99 / max ms | held | late | "
                   "delay steps | plan p50 / p95 ms | reaction p50 / p99 ms | jump p99 at switch / within chunk |",
@@ -296,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     result = loop_part(args) if args.part == "loop" else arm_part(args)
-    result["provenance"] = provenance(getattr(args, "device", "cpu"))
+    result["provenance"] = provenance(getattr(args, "device", "cpu"), {"torch_threads": torch.get_num_threads()})
     text = markdown(result)
     print(text)
     if args.json:

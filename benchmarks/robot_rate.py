@@ -280,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args)
     print(markdown(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        from benchmarks.provenance import provenance      # imports torch: only when a JSON is written
+        Path(args.json).write_text(json.dumps({**result, "provenance": provenance("cpu")}, indent=2))
     return 0
 
 

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Everything that needs a CUDA GPU, in one go: the GPU tests, kernel and capsule benchmarks, the LLM benchmark.
+# Everything that needs a CUDA GPU, in one go: the GPU tests, kernel and capsule benchmarks, the LLM benchmark,
+# and the policy races against LeRobot.
 # Usage (from the repository root):
 #   benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra args of python -m benchmarks.llm]
-#   PHASES: comma-separated subset of tests,kernels,capsules,policies,smolvla,realtime,pi0,sessions,llm
-#           (default: tests,capsules,llm)
-#   smolvla: the SmolVLA GPU tests and benchmark (needs the LeRobot reference wheels, num2words included, in .whl/)
+#   PHASES: comma-separated subset of tests,kernels,capsules,race,smolvla,smolvla-tests,realtime,pi0,sessions,llm
+#           (default: tests,capsules,llm; "policies" is the old name of "race")
+#   race: ACT + Diffusion Policy, fp32 + bf16, ours vs LeRobot eager / autocast / compiled (benchmarks.policies),
+#         bounded by FLASHRT_RACE_BUDGET_S (default 400 s: compiled LeRobot modes that would not fit are skipped
+#         and named in the report); about 7-8 minutes on an H100 / H200
+#   smolvla: the same race for SmolVLA (benchmarks.smolvla), bounded the same way; smolvla-tests: its GPU tests
+#   Both need the LeRobot reference wheels (num2words included for SmolVLA) in .whl/.
 #   realtime: planning beside the loop: its GPU tests, then benchmarks.realtime loop (SmolVLA published size, bf16;
 #             Diffusion and ACT at their benchmark sizes) at 30 and 50 Hz (FLASHRT_REALTIME_S seconds per run, 20)
-#   pi0: the π0 / π0.5 GPU tests that need no reference process (captured bodies, re-instruct)
+#   pi0: the π0 / π0.5 GPU tests that need no reference process (captured bodies, re-instruct, beside the loop)
 #   FLASHRT_PHASE_TIMEOUT_S (default 600) bounds each phase, so one slow phase cannot eat the others'.
+#   FLASHRT_COMMIT / FLASHRT_DIRTY name the code in every JSON when the copy has no .git (benchmarks/provenance.py).
 # Wheels the GPU image lacks (fla) may be given in .whl/ (installed to /tmp/site).
 set -uo pipefail
 PT="${FLASHRT_PHASE_TIMEOUT_S:-600}"
@@ -39,14 +45,17 @@ esac
 case ",$PHASES," in *,capsules,*)
   timeout "$PT" python3 -m benchmarks.capsules --out "$OUT/capsules.md" 2>&1 ;;
 esac
-case ",$PHASES," in *,policies,*)
-  timeout "$PT" python3 -m benchmarks.policies --out "$OUT/lerobot_policies_h200.md" \
-    --png "$OUT/lerobot_policies_h200.png" --json "$OUT/lerobot_policies_h200.json" 2>&1 | tee "$OUT/policies_log.txt" ;;
+RB="${FLASHRT_RACE_BUDGET_S:-400}"
+case ",$PHASES," in *,race,*|*,policies,*)
+  timeout "$PT" python3 -m benchmarks.policies --time-budget-s "$RB" --out "$OUT/lerobot_policies_race.md" \
+    --png "$OUT/lerobot_policies_race.png" --json "$OUT/lerobot_policies_race.json" 2>&1 | tee "$OUT/race_log.txt" ;;
+esac
+case ",$PHASES," in *,smolvla-tests,*)
+  timeout "$PT" python3 -m pytest -q -p no:cacheprovider -s test/test_smolvla_cuda.py 2>&1 | tee "$OUT/smolvla_gpu_tests.txt" ;;
 esac
 case ",$PHASES," in *,smolvla,*)
-  timeout "$PT" python3 -m pytest -q -p no:cacheprovider -s test/test_smolvla_cuda.py 2>&1 | tee "$OUT/smolvla_gpu_tests.txt"
-  timeout "$PT" python3 -m benchmarks.smolvla --out "$OUT/smolvla_h200.md" --json "$OUT/smolvla_h200.json" \
-    2>&1 | tee "$OUT/smolvla_log.txt" ;;
+  timeout "$PT" python3 -m benchmarks.smolvla --time-budget-s "$RB" --out "$OUT/smolvla_race.md" \
+    --json "$OUT/smolvla_race.json" 2>&1 | tee "$OUT/smolvla_log.txt" ;;
 esac
 case ",$PHASES," in *,realtime,*)
   RS="${FLASHRT_REALTIME_S:-20}"

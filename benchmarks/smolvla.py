@@ -1,4 +1,4 @@
-"""SmolVLA over whole episodes: our engine (host replan-or-pop, captured) vs LeRobot eager ``select_action``; fork draw; capsules.
+"""SmolVLA over whole episodes: our engine (captured replan-or-pop) vs LeRobot eager and compiled; fork draw; capsules.
 
 Same GPU, same weights: LeRobot 0.4.4 builds ``SmolVLAPolicy`` at the published
 SmolVLM2-500M sizes (16 VLM layers, expert of 0.75 width, chunk 50, 10 flow
@@ -7,12 +7,17 @@ steps; seeded random weights, no hub) over a local VLM directory
 cameras at 256x256 (padded to 512 as SmolVLA does), a 6-D state and action
 (SO-100's), a 48-token instruction budget. fp32 and bf16.
 
-* episodes: ``policies.alternate``, as for ACT and Diffusion Policy: episodes
-  of ``--steps`` (200: 4 replans, 196 pops) from a reset, LeRobot's and ours
-  alternating, each step timed host-side up to a synchronisation; replanning
-  steps and pops apart (p50 / p99).
-* LeRobot: ``select_action`` on batches its preprocessor made (tokenised,
-  normalised; not timed), already on the GPU; bf16 under ``torch.autocast``.
+* episodes: ``benchmarks.race`` (as for ACT and Diffusion Policy): episodes of
+  ``--steps`` (200: 4 replans, 196 pops) from a reset, every side alternating,
+  each step timed from the host observation to the action on the host; the
+  first chunk checked against LeRobot eager fp32 with the same injected noise
+  (``select_action(noise=...)`` gets our stream's draw).
+* LeRobot: its pre-processor each step (tokenises the task, normalises, to the
+  device), ``select_action`` under ``torch.inference_mode()``, its
+  post-processor. Modes: eager; ``compile_model`` (its own switch, with
+  ``--compile-mode``, default reduce-overhead; LeRobot's config default is
+  max-autotune, which compiles for minutes); bf16 under autocast; bf16 VLM
+  weights (how LeRobot loads a pretrained SmolVLA), each also compiled.
 * ours: ``PolicyEngine.step`` with ``cuda_graph=True``, the instruction as the
   policy's default: the engine decides replan or pop on the host and replays
   the replan graph (prefill + 10-step denoise + queue refill + pop) or the pop
@@ -24,30 +29,31 @@ cameras at 256x256 (padded to 512 as SmolVLA does), a 6-D state and action
   every layer, queue, noise, instruction) vs a device-to-device copy of the
   same live bytes (median).
 
-    python -m benchmarks.smolvla --out docs/benchmarks/smolvla_h200.md --json docs/benchmarks/smolvla_h200.json
+    python -m benchmarks.smolvla --out docs/benchmarks/smolvla_h200.md --json docs/benchmarks/smolvla_h200.json \
+        --time-budget-s 420
     python -m benchmarks.smolvla --smoke       # CI sizes, CPU allowed: checks the script runs
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helpers (a checkout's test/)
 
-from benchmarks.policies import (alternate, capsule_times, machine, observation_variants,  # noqa: E402
-                                             table_lines, table_rows)
+from benchmarks.policies import (add_race_args, observation_variants, publish, race_policy,  # noqa: E402
+                                 settings_from)
+from benchmarks.provenance import git_state  # noqa: E402
+from benchmarks.race import apply_eval_flags  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
-from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
 TASK = "pick up the red cube and put it in the box"
 
@@ -69,92 +75,73 @@ def make_checkpoint(directory: Path, smoke: bool):
     return policy.eval(), config, observations(case_features(case), 1, seed=3)[0]
 
 
-def lerobot_batches(config, directory: Path, observations: list[dict], device: torch.device) -> list[dict]:
-    """LeRobot's batches of ``observations``: its preprocessor (tokenise ``TASK``, normalise), on ``device``."""
-    from lerobot_reference import processors
-    pre, _ = processors(config, directory)
-    batches = []
-    for obs in observations:
-        batch = pre({**{k: v.cpu().clone() for k, v in obs.items()}, "task": TASK})
-        batches.append({k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
-    return batches
-
-
-def measure(policy, batches: list[dict], ours_obs: list[dict], directory: Path, device: torch.device,
-            dtype: torch.dtype, steps: int, episodes: int, warmup: int, draws: int, tmp: Path) -> dict:
-    """``alternate`` episodes, then ours alone: the fork draw (``redraw``) and the capsule times."""
-    ours = load_lerobot_policy(directory, dtype=dtype)
-    ours.set_default_instruction(TASK)                 # every episode (reset) starts with it
-    engine = PolicyEngine(ours, device=device, cuda_graph=device.type == "cuda", directory=str(tmp),
-                          device_budget_bytes=4 << 30)
-    ref = policy.to(device)
-    try:
-        result = alternate(f"smolvla {dtype}", ref, batches, engine, ours_obs, device, dtype, steps, episodes,
-                           warmup)
-        redraw = []
+def redraw_times(draws: int, device: torch.device) -> Callable[[PolicyEngine], dict]:
+    """Ours only: ``draws`` fork draws (``redraw``: a new seed denoised over the stored prefix), median ms."""
+    def measure(engine: PolicyEngine) -> dict:
+        times = []
         for i in range(draws):
             t0 = time.perf_counter()
             engine.redraw(i + 1)
             sync(device)
-            redraw.append((time.perf_counter() - t0) * 1e3)
-        result["redraw_p50_ms"] = percentile(redraw, 50)
-        # the live state (prefix KV up to prefix_len in every layer) vs a copy of those bytes
-        result["capsule"] = capsule_times(engine, device, engine.arena.live_nbytes())
-    finally:
-        engine.close()
-        ref.to("cpu")
-    return result
+            times.append((time.perf_counter() - t0) * 1e3)
+        return {"redraw_p50_ms": percentile(times, 50), "redraws": draws}
+    return measure
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=200, help="control steps per episode (chunks of 50)")
-    ap.add_argument("--episodes", type=int, default=5, help="timed episodes per side")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed episodes per side first")
+    ap.add_argument("--episodes", type=int, default=10, help="timed episodes per side")
     ap.add_argument("--draws", type=int, default=20, help="timed fork draws (redraw)")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--smoke", action="store_true", help="CI sizes, few steps (CPU allowed)")
-    ap.add_argument("--out", type=Path, help="markdown table")
-    ap.add_argument("--json", type=Path, help="raw numbers")
-    args = ap.parse_args()
-    nan = float("nan")
+    add_race_args(ap)
+    ap.add_argument("--out", type=Path, help="markdown report")
+    ap.add_argument("--json", type=Path, help="raw numbers with provenance")
+    args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type != "cuda" and not args.smoke:
         sys.exit("needs a CUDA GPU (use --smoke to check the script on CPU)")
-    steps, episodes, draws = (8, 1, 2) if args.smoke else (args.steps, args.episodes, args.draws)
-    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
-    if device.type != "cuda":
-        dtypes = [torch.float32]                       # LeRobot's bf16 autocast is a CUDA path
+    steps, episodes, replans, draws = ((8, 2, 3, 2) if args.smoke
+                                       else (args.steps, args.episodes, args.replans, args.draws))
+    git_state()                                    # the code that runs: read before anything else
+    flags = apply_eval_flags(device)
+    s = settings_from(args, steps, episodes, replans)
+    precisions = [{"float32": "fp32", "bfloat16": "bf16"}.get(d, d) for d in args.dtypes.split(",")]
+    s.jobs_total = len(precisions)
+    inputs = torch.device("cpu") if args.inputs == "host" else device
+    command = " ".join(["python -m benchmarks.smolvla", *(sys.argv[1:] if argv is None else argv)])
+    title = "SmolVLA over whole episodes: our engine vs LeRobot eager and compiled"
+    size = "CI sizes (smoke)" if args.smoke else "published SmolVLM2-500M sizes, 3 cameras 256x256"
     results: dict[str, dict] = {}
+
+    def partial(name: str, result: dict) -> None:
+        results[name] = result
+        publish(args, title, size, results, s, device, flags, command, fork_lines, final=False)
+
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "smolvla"
         policy, config, obs = make_checkpoint(directory, args.smoke)
-        ours_obs = observation_variants(obs, device)
-        batches = lerobot_batches(config, directory, ours_obs, device)
-        for dtype in dtypes:
-            name = f"smolvla {str(dtype).removeprefix('torch.')}"
-            results[name] = measure(policy, batches, ours_obs, directory, device, dtype, steps, episodes,
-                                    args.warmup, draws, Path(tmp) / f"caps_{dtype}")
-            print(json.dumps({name: results[name]}), flush=True)
-    rows = table_rows(results)
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (nan, nan, nan)
-    lines = ["# SmolVLA over whole episodes: our engine (host replan-or-pop, captured) vs LeRobot eager select_action",
-             "", f"Machine: {machine(device)}. {'CI sizes (smoke)' if args.smoke else 'published SmolVLM2-500M sizes'}; "
-             f"{steps} steps per episode from a reset, median of {episodes} episodes per side (after {args.warmup} "
-             f"warm-up each), sides alternating; times in ms; load average at the end {load[0]:.2f}.", "",
-             *table_lines(rows, results), "",
-             "| policy | ours: new noise draw from the stored prefix (fork, redraw), p50 ms | ours: replan p50 ms |",
-             "| --- | --- | --- |"]
-    for row, r in zip(rows, results.values()):
-        lines.append(f"| {row['policy']} | {r['redraw_p50_ms']:.3f} | {row['ours_replan_p50_ms']:.3f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps({"machine": machine(device), "steps": steps, "episodes": episodes,
-                                         "load_average": load, "rows": rows, "results": results}, indent=1))
+        observations = observation_variants(obs, inputs)
+        race_policy("smolvla", policy, directory, observations, precisions, device, s, Path(tmp),
+                    extra={"task": TASK}, prepare=lambda ours: ours.set_default_instruction(TASK),
+                    after=redraw_times(draws, device), device_budget_bytes=4 << 30, live_capsule_bytes=True,
+                    on_result=partial)
+    failed = publish(args, title, size, results, s, device, flags, command, fork_lines)
+    if failed:
+        print("CHECK FAILED: " + "; ".join(failed), flush=True)
+        return 1
+    return 0
+
+
+def fork_lines(results: dict[str, dict]) -> str:
+    """Ours only: the fork draw beside the replan."""
+    text = ("\n## Fork draw (ours)\n\n| policy | new noise draw over the stored prefix (redraw), p50 ms "
+            "| replan p50 ms |\n| --- | --- | --- |\n")
+    for name, r in results.items():
+        if "ours" in r["sides"]:
+            text += f"| {name} | {r['redraw_p50_ms']:.3f} | {r['sides']['ours']['replan_p50_ms']:.3f} |\n"
+    return text
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 from benchmarks import llm as bench
 
 TINY = ["--quick", "--device", "cpu", "--contexts", "32", "--reps", "1", "--capsule-reps", "3",
@@ -42,6 +44,9 @@ def test_quick_run_writes_tables_and_restore_matches_uninterrupted_run(tmp_path:
                     "## Decode at batch 1", "## Capsules"):
         assert heading in text
     assert text.index("## Follow-up turn") < text.index("## Re-entry")          # the headline leads
+    prov = result["provenance"]
+    assert prov["git"]["commit"] and prov["packages"]["torch"] == torch.__version__ and prov["cpu"]
+    assert "cudnn.benchmark" in prov["flags"]
     assert "| hybrid-tiny | 32 | 8 |" in text and "torch: " in text
 
 

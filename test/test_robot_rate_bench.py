@@ -16,5 +16,6 @@ def test_robot_rate_benchmark_measures_commands_from_a_built_act(tmp_path: Path,
     result = json.loads(out.read_text())
     assert result["commands_in_window"] > 0 and result["achieved_hz"] > 0
     assert result["joints"] == 14 and result["cameras"].startswith("2 x 64x48")
+    assert result["provenance"]["git"]["commit"] and result["provenance"]["cpu"]
     table = capsys.readouterr().out
     assert "requested / achieved rate" in table and "stale flips" in table and "load average" in table

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO
+from flashrt_ros.models.lerobot.conv1d import conv1d
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
 from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.ops.group_norm import group_norm_mish
@@ -178,7 +179,8 @@ class Conv1dBlock(nn.Module):
     def forward(self, x: Tensor, film: Tensor | None = None, film_scale: bool = False,
                 residual: Tensor | None = None) -> Tensor:
         """conv, then GroupNorm + Mish (+ FiLM, + residual) fused on CUDA (``ops.group_norm``)."""
-        return group_norm_mish(self.block[0](x), self.block[1], film=film, film_scale=film_scale, residual=residual)
+        return group_norm_mish(conv1d(self.block[0], x), self.block[1], film=film, film_scale=film_scale,
+                               residual=residual)
 
 
 class ResidualBlock1d(nn.Module):
@@ -195,7 +197,7 @@ class ResidualBlock1d(nn.Module):
     def forward(self, x: Tensor, film: Tensor) -> Tensor:
         """``film``: this block's ``cond_encoder`` output for the step, ``(B, C', 1)`` (``ConditionalUnet1d.films``)."""
         out = self.conv1(x, film=film, film_scale=self.film_scale)
-        return self.conv2(out, residual=self.residual_conv(x))
+        return self.conv2(out, residual=conv1d(self.residual_conv, x))
 
 
 class ConditionalUnet1d(nn.Module):
@@ -251,12 +253,12 @@ class ConditionalUnet1d(nn.Module):
         for res1, res2, down in self.down_modules:
             x = res2(res1(x, next(film)), next(film))
             skips.append(x)
-            x = down(x)
+            x = conv1d(down, x)
         for mid in self.mid_modules:
             x = mid(x, next(film))
         for res1, res2, up in self.up_modules:
-            x = up(res2(res1(torch.cat((x, skips.pop()), dim=1), next(film)), next(film)))
-        return self.final_conv(x).transpose(1, 2)
+            x = conv1d(up, res2(res1(torch.cat((x, skips.pop()), dim=1), next(film)), next(film)))
+        return conv1d(self.final_conv[1], self.final_conv[0](x)).transpose(1, 2)
 
     def forward(self, x: Tensor, timestep: Tensor, global_cond: Tensor) -> Tensor:
         """LeRobot's signature: one timestep ``(B,)`` and ``global_cond (B, G)``."""
