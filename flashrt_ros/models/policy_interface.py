@@ -119,6 +119,16 @@ def pop_queue(queue: Tensor, left: Tensor) -> Tensor:
     return action
 
 
+def queue_chunk(chunk: Tensor, queue: Tensor, left: Tensor, ahead: Tensor | None = None) -> None:
+    """A planned ``chunk`` (padded rows and columns allowed) into the queue, which is then full (``left``
+    = its length), and the actions after the queued ones into ``ahead`` (an async plan's buffer, or None)."""
+    n, dim = queue.shape
+    queue.copy_(chunk[:n, :dim])
+    if ahead is not None:
+        ahead.copy_(chunk[n:n + ahead.shape[0], :dim])
+    left.fill_(n)
+
+
 class PolicyModule(nn.Module):
     """Contract every policy hosted by ``PolicyEngine`` fulfils (see module doc)."""
 
