@@ -62,6 +62,23 @@ def test_smolvla_guided_plans_captured_equal_eager(tmp_path, mode):
     assert (graph - eager).abs().max() <= 1e-5 * eager.abs().max()
 
 
+@pytest.mark.parametrize("mode", ["async", "rtc"])
+@pytest.mark.parametrize("kind", ["pi0", "pi05"])
+def test_pi_guided_plans_captured_equal_eager(tmp_path, kind, mode):
+    from flashrt_ros.engine.vla import set_instruction
+    from tiny_pi import tiny_observation, tiny_pi
+    runs = []
+    for graphs in (False, True):
+        e = engine(tiny_pi(kind == "pi05"), tmp_path / f"{kind}{mode}{graphs}", graphs=graphs, mode=mode)
+        set_instruction(e, "pick up the red cube")
+        runs.append(torch.stack([e.step({k: v.cuda() for k, v in tiny_observation(i, e.policy.cfg).items()})
+                                 for i in range(16)]))
+        assert e.replan_status()["merged"] >= 3
+        e.close()
+    eager, graph = runs
+    assert (graph - eager).abs().max() <= 1e-5 * eager.abs().max()
+
+
 def test_the_control_stream_does_not_wait_for_a_plan_in_flight(tmp_path):
     """A plan is launched on the side stream; the next steps' actions are ready before it ends (the
     control step synchronises only its own stream). Checked by ordering, not by timing: the plan is

@@ -10,15 +10,19 @@ expert of width 256, a SigLIP of width 96 and two layers at 56 x 56 (16 image
 tokens per camera), vocabulary 512. We load the directory with
 ``policy:=lerobot:<dir>`` and compare three chunks of consecutive steps with
 ``preprocessor -> select_action -> postprocessor``, LeRobot's noise replaced by
-the draws our counter-based stream makes for each plan.
+the draws our counter-based stream makes for each plan. Two cases (π0, π0.5)
+also compare a chunk planned with Real-Time Chunking guidance (the engine's
+``replan: rtc``) with LeRobot's ``predict_action_chunk`` with ``rtc_config``
+enabled: same noise, same leftover (normalised), a few (delay, left) pairs.
 
 Tolerance ``1e-5`` of the largest action (max relative error over the whole
 trajectory): both sides run fp32 on the CPU; the kernels differ where we fold
 the query heads onto the single key head (one matmul instead of eight) and in
 SigLIP's attention call, so only summation order may differ. Measured: 0 in
-every case (bit-identical). A real difference in the arithmetic (a missed
-sqrt(width), a wrong mask or position, a 0.5-ulp rounding step placed elsewhere
-over ten Euler steps) showed as 7e-2 to 3e-1 while this was written.
+every case (bit-identical), the guided chunks too. A real difference in the
+arithmetic (a missed sqrt(width), a wrong mask or position, a 0.5-ulp rounding
+step placed elsewhere over ten Euler steps; the guidance evaluated at the next
+step's time) showed as 7e-2 to 3e-1 while this was written.
 """
 from __future__ import annotations
 
@@ -38,22 +42,27 @@ from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import set_instruction
 from flashrt_ros.models.lerobot.pi0 import PI0Policy
 from flashrt_ros.models.policy_factory import make_policy
+from flashrt_ros.models.policy_interface import Guidance
+from flashrt_ros.models.rtc import prefix_weights
 from flashrt_ros.runtime.errors import InvalidArgument
 
 TOLERANCE = 1e-5
 SMALL = dict(chunk_size=6, n_action_steps=4)
+#: RTC cases: the previous queue holds 4 (n_action_steps); the horizon is cut to the leftover's length
+RTC_PI0 = dict(horizon=5, schedule="linear", max_weight=10.0, pairs=[[2, 4], [1, 3]])
+RTC_PI05 = dict(horizon=3, schedule="exp", max_weight=5.0, pairs=[[1, 4], [3, 3]])
 
 CASES = {
     # π0, two non-square cameras (resize with padding to 56 x 56), mean-std state and action (π0's default)
     "pi0_two_cameras_meanstd": Case("", kind="pi0", cameras=2, hw=(24, 40), state=5, action=4, norm="MEAN_STD",
-                                    cfg=SMALL, steps=12),
+                                    cfg=SMALL, steps=12, rtc=RTC_PI0),
     # π0, one camera at the model's size, min-max, mean-std images, a whole chunk executed, an empty camera slot
     "pi0_one_camera_minmax_empty_slot": Case("", kind="pi0", cameras=1, hw=(56, 56), state=3, action=6,
                                              norm="MIN_MAX", visual_norm="MEAN_STD",
                                              cfg=dict(chunk_size=6, n_action_steps=6, empty_cameras=1), steps=18),
     # π0.5, two cameras, quantile normalisation (π0.5's default), prompt of 32 state numbers within 200 tokens
     "pi05_two_cameras_quantiles": Case("", kind="pi05", cameras=2, hw=(40, 24), state=6, action=4,
-                                       norm="QUANTILES", cfg=SMALL, steps=12),
+                                       norm="QUANTILES", cfg=SMALL, steps=12, rtc=RTC_PI05),
     # π0.5, one camera, mean-std (state bins below -1 and above 1 occur), prompt truncated at 48 tokens
     "pi05_one_camera_meanstd_truncated": Case("", kind="pi05", cameras=1, hw=(56, 56), state=4, action=3,
                                               norm="MEAN_STD", cfg=dict(SMALL, tokenizer_max_length=48), steps=12,
@@ -121,6 +130,34 @@ def test_prefix_tokens_are_the_ones_lerobots_preprocessor_made(name, checkpoints
             engine.step(obs[0])
     if name == "pi05_one_camera_meanstd_truncated":
         assert int(record["token_lengths"][0]) == 48                     # the prompt was cut
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c.rtc))
+def test_a_guided_chunk_equals_lerobots_predict_action_chunk_with_rtc(name, checkpoints, tmp_path):
+    """The whole chunk (the queued actions and those ``ahead``) planned with the ``Guidance`` the engine's
+    ``replan: rtc`` builds, against LeRobot's guided chunk for each (delay, left), from plan 0's noise."""
+    case = checkpoints[name]
+    record, rtc = reference_record(case), case.rtc
+    engine = engine_for(case, tmp_path)
+    policy, arena = engine.policy, engine.arena
+    cfg = policy.cfg
+    obs = case_observations(case)[0]
+    ahead = torch.zeros(policy.action_queue().ahead, cfg.action_dim)
+
+    def chunk(guide: Guidance | None) -> torch.Tensor:
+        arena[policy.PLANS].zero_()                     # plan 0's noise, as the reference's
+        with torch.no_grad():
+            policy.plan(obs, arena, guide, ahead)
+        return torch.cat([arena[policy.QUEUE], ahead])
+
+    unguided = chunk(None)
+    for (delay, left), theirs in zip(rtc["pairs"], record["rtc_chunks"], strict=True):
+        weights = prefix_weights(delay, min(rtc["horizon"], left), cfg.chunk_size, rtc["schedule"])
+        ours = chunk(Guidance(record["rtc_queue"], torch.tensor(left), weights, rtc["max_weight"]))
+        err = max_relative_error(ours, theirs)
+        print(f"{name}: delay {delay}, {left} left: max relative error {err:.2e}")
+        assert err <= TOLERANCE, f"{name} delay {delay} left {left}: max relative error {err:.3e}"
+        assert (ours - unguided).abs().max() > 1e-3, "the guidance changes the chunk"
 
 
 def test_a_new_instruction_changes_the_actions(checkpoints, tmp_path):

@@ -8,10 +8,13 @@ vision tower, and the result equals a cold replan with that instruction. The
 prefix is bidirectional (as in PaliGemma, image tokens attend to the
 instruction in every layer), so the language model runs again; only the
 vision tower is saved, and ``test_reinstruct_time_saved_on_this_cpu`` measures
-what that is worth.
+what that is worth. Beside the loop (``replan: async | rtc``): a capsule taken with
+a plan in flight, the threads the networks run on, what a plan writes (the RTC
+chunk's parity with LeRobot is ``test_lerobot_pi0.py``).
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -19,8 +22,11 @@ import torch
 
 from host_reads import no_host_reads
 from tiny_pi import tiny_observation, tiny_pi
+from flashrt_ros.engine.chunk_planner import ACTIVE, READY, ReplanConfig
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import reinstruct, set_instruction
+from flashrt_ros.models.policy_interface import Guidance
+from flashrt_ros.models.rtc import prefix_weights
 from flashrt_ros.runtime.errors import InvalidArgument
 
 TASK = "pick up the red cube"
@@ -28,8 +34,10 @@ OTHERS = ("put the cube in the box", "open the drawer", "stack the blue block")
 KINDS = {"pi0": False, "pi05": True}
 
 
-def make_engine(tmp_path, pi05: bool, name: str = "e", seed: int = 0) -> PolicyEngine:
-    engine = PolicyEngine(tiny_pi(pi05, seed), directory=str(tmp_path / name), rollback_depth=4)
+def make_engine(tmp_path, pi05: bool, name: str = "e", seed: int = 0, replan: str = "sync") -> PolicyEngine:
+    """``replan`` async / rtc: merged 2 steps after launch, ``late="wait"`` (an exact schedule), RTC horizon 4."""
+    cfg = ReplanConfig(mode=replan, delay_steps=2, late="wait", rtc_horizon=4)
+    engine = PolicyEngine(tiny_pi(pi05, seed), directory=str(tmp_path / name), rollback_depth=4, replan=cfg)
     set_instruction(engine, TASK)
     return engine
 
@@ -39,12 +47,17 @@ def run(engine: PolicyEngine, start: int, n: int) -> torch.Tensor:
     return torch.stack([engine.step(tiny_observation(start + i, cfg)) for i in range(n)])
 
 
+def networks(policy) -> dict:
+    """The vision tower, the language model's first layer and the expert's (one forward each per plan)."""
+    m = policy.model
+    return {"vision": m.vision.embeddings, "language_model": m.language_model.layers[0].mlp,
+            "expert": m.expert.layers[0].mlp}
+
+
 def count_calls(policy) -> dict[str, int]:
     """Forward-hook counters on the vision tower, the language model's first layer and the expert's."""
-    calls = {"vision": 0, "language_model": 0, "expert": 0}
-    m = policy.model
-    for what, module in (("vision", m.vision.embeddings), ("language_model", m.language_model.layers[0].mlp),
-                         ("expert", m.expert.layers[0].mlp)):
+    calls = dict.fromkeys(networks(policy), 0)
+    for what, module in networks(policy).items():
         module.register_forward_hook(lambda *_, what=what: calls.__setitem__(what, calls[what] + 1))
     return calls
 
@@ -182,19 +195,93 @@ def test_pops_and_redraws_run_only_what_they_need(kind, tmp_path):
     assert torch.equal(engine.arena[engine.policy.QUEUE], seeded.arena[seeded.policy.QUEUE])
 
 
+@pytest.mark.parametrize("mode", ["async", "rtc"])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_capsule_taken_with_a_plan_in_flight_continues_bit_identically(kind, mode, tmp_path):
+    """Beside the loop the image tokens, prefix KV, queue and noise counter a plan writes ride in the capsule
+    (``async.copy.*``): the snapshot waits for the plan in flight, and a restore merges the same chunk at the
+    same step. 5 of a chunk of 6 queued, delay 2: a plan launches after step 2 and merges at step 4."""
+    engine = make_engine(tmp_path, KINDS[kind], replan=mode)
+    run(engine, 0, 4)
+    assert int(engine.arena[ACTIVE]) == 1, "a plan is in flight at the snapshot"
+    engine.capsules.snapshot("in_flight")
+    assert int(engine.arena[READY]) == 1, "the snapshot waited for the plan and holds its result"
+    once = run(engine, 4, 12)
+    engine.capsules.restore("in_flight")
+    before = engine.replan_status()
+    again = run(engine, 4, 12)
+    after = engine.replan_status()
+    assert torch.equal(once, again)
+    # merged at steps 4 (the one in the capsule), 7, 10, 13 at the chunk's action 2 (4 of 6 left: one ahead);
+    # launched after steps 5, 8, 11, 14
+    assert after["merged"] - before["merged"] == 4 and after["launched"] - before["launched"] == 4
+    engine.close()
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_beside_the_loop_the_control_thread_runs_no_network_after_the_first_chunk(kind, tmp_path):
+    """Every network (vision tower, language model, expert) runs on the planner thread after the episode's
+    first step; with ``rtc`` the first merged action is pulled toward the one the old chunk had for that
+    step (the sync run's), which the unguided ``async`` plan is not."""
+    runs = {}
+    for mode in ("sync", "async", "rtc"):
+        engine = make_engine(tmp_path, KINDS[kind], name=mode, replan=mode)
+        threads: list[list[str]] = []
+        for module in networks(engine.policy).values():
+            module.register_forward_hook(lambda *_: threads[-1].append(threading.current_thread().name))
+        actions = []
+        for i in range(10):
+            threads.append([])
+            actions.append(engine.step(tiny_observation(i, engine.policy.cfg)))
+        engine.close()
+        runs[mode] = torch.stack(actions)
+        if mode != "sync":
+            assert set(threads[0]) == {"MainThread"}, "the episode's first chunk is planned in its step"
+            beside = {name for step in threads[1:] for name in step}
+            assert beside == {"flashrt-planner"} and engine.replan_status()["merged"] >= 2
+    assert torch.equal(runs["async"][:4], runs["sync"][:4]) and torch.equal(runs["rtc"][:4], runs["sync"][:4])
+    jump = {mode: float((runs[mode][4] - runs["sync"][4]).abs().max()) for mode in ("async", "rtc")}
+    print(f"{kind}: the first merged action from the old chunk's: async {jump['async']:.3f}, rtc {jump['rtc']:.3f}")
+    assert jump["rtc"] < 0.2 * jump["async"]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_plan_writes_exactly_the_buffers_its_action_queue_names(kind, tmp_path):
+    """What a plan beside the loop writes on its private arena is all the merge carries over (``planned``,
+    the queue; ``left`` the merge sets): a buffer it missed would keep the live state's stale value."""
+    engine = make_engine(tmp_path, KINDS[kind])
+    policy, arena, queue = engine.policy, engine.arena, engine.policy.action_queue()
+    run(engine, 0, 2)
+    set_instruction(engine, "open")                 # another prefix length
+    before = {name: arena[name].clone() for name in arena}
+    ahead = torch.zeros(queue.ahead, policy.cfg.action_dim)
+    with torch.no_grad():
+        policy.plan(tiny_observation(3, policy.cfg), arena, None, ahead)
+    changed = {name for name in arena if not torch.equal(arena[name], before[name])}
+    assert changed == {queue.chunk, queue.left, *queue.planned}
+    assert queue.chunk_size == policy.cfg.chunk_size and queue.ahead == ahead.shape[0] == 1
+    assert ahead.abs().max() > 0
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_bodies_read_nothing_on_the_host(kind, tmp_path, monkeypatch):
-    """What a captured body must not do (a host read syncs and breaks capture): replan, pop, redraw and
-    replan-from-context, checked on CPU by making every host read raise."""
+    """What a captured body must not do (a host read syncs and breaks capture): replan, pop, redraw,
+    replan-from-context and a guided plan beside the loop, checked on CPU by making every host read raise."""
     engine = make_engine(tmp_path, KINDS[kind])
     policy, arena = engine.policy, engine.arena
-    obs = tiny_observation(0, policy.cfg)
+    cfg, queue = policy.cfg, policy.action_queue()
+    obs = tiny_observation(0, cfg)
+    guide = Guidance(torch.randn(cfg.n_action_steps, cfg.action_dim), torch.tensor(3),
+                     prefix_weights(2, 3, cfg.chunk_size, "linear"))
+    ahead = torch.full((queue.ahead, cfg.action_dim), float("nan"))
     with no_host_reads(monkeypatch):
         policy.step_observation(obs, arena, replan=True)
         policy.step_observation(obs, arena, replan=False)
         policy.redraw_chunk(arena)
         policy.replan_from_context(arena)
-    assert int(arena[policy.LEFT]) == policy.cfg.n_action_steps and int(arena[policy.PLANS]) == 1
+        policy.plan(obs, arena, guide, ahead)
+    assert int(arena[policy.LEFT]) == cfg.n_action_steps and int(arena[policy.PLANS]) == 2
+    assert torch.isfinite(ahead).all()
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -351,7 +351,8 @@ class PolicyEngine:
         name = type(policy).__name__
         if mode == "rtc" and not policy.supports_guidance:
             raise InvalidArgument(f"{name} takes no Real-Time Chunking guidance (a flow-matching policy does: "
-                                  "SmolVLA): use replan async, with replan_blend_steps to smooth the switch")
+                                  "SmolVLA, π0, π0.5): use replan async, with replan_blend_steps to smooth the "
+                                  "switch")
         if queue is None or queue.chunk is None:
             raise InvalidArgument(f"{name} plans no action chunks (or does not name its queue): replan must be "
                                   "sync")

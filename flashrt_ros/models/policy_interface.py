@@ -35,11 +35,12 @@ Subclass :class:`PolicyModule` and
    also stores its encoded observation may implement ``replan_from_context``
    (``ActionQueue.replans_from_context``): the engine's verb of that name, a fourth.
 6. to plan beside the control loop (the engine's ``replan="async"``), a chunking
-   policy implements ``plan(observation, arena)`` (a new chunk into the queue,
-   no pop, no per-step update) and names the queue buffer and every other buffer
-   ``plan`` writes (``ActionQueue.chunk``, ``ActionQueue.planned``); a
+   policy implements ``plan(observation, arena, guide, ahead)`` (a new chunk into
+   the queue, no pop, no per-step update; the actions after the queued ones into
+   ``ahead``) and names the queue buffer and every other buffer ``plan`` writes
+   (``ActionQueue.chunk``, ``ActionQueue.planned``, ``chunk_size``, ``ahead``); a
    flow-matching policy that takes a ``Guidance`` in ``plan`` offers Real-Time
-   Chunking (``replan="rtc"``, ``supports_guidance = True``).
+   Chunking (``replan="rtc"``, ``supports_guidance = True``: SmolVLA, π0, π0.5).
 
 Weights are ordinary ``nn.Module`` parameters: they are not state, they enter
 the engine fingerprint instead. See ``docs/policies.md``.
@@ -117,6 +118,16 @@ def pop_queue(queue: Tensor, left: Tensor) -> Tensor:
     action = queue.index_select(0, (n - left).clamp(0, n - 1).view(1))[0]
     left.sub_(1)
     return action
+
+
+def queue_chunk(chunk: Tensor, queue: Tensor, left: Tensor, ahead: Tensor | None = None) -> None:
+    """A planned ``chunk`` (padded rows and columns allowed) into the queue, which is then full (``left``
+    = its length), and the actions after the queued ones into ``ahead`` (an async plan's buffer, or None)."""
+    n, dim = queue.shape
+    queue.copy_(chunk[:n, :dim])
+    if ahead is not None:
+        ahead.copy_(chunk[n:n + ahead.shape[0], :dim])
+    left.fill_(n)
 
 
 class PolicyModule(nn.Module):

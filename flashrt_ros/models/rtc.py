@@ -26,8 +26,12 @@ The same fields as LeRobot 0.4.4's ``RTCConfig`` / ``RTCProcessor``:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
+
+from flashrt_ros.models.policy_interface import Guidance
 
 SCHEDULES = ("zeros", "ones", "linear", "exp")
 
@@ -85,3 +89,29 @@ def leftover_target(actions: Tensor, left: Tensor, rows: int, cols: int) -> Tens
     taken = actions.index_select(0, (refill - n + i).clamp(0, refill - 1))
     target = torch.where((i < n)[:, None], taken, 0.0)
     return torch.nn.functional.pad(target, (0, cols - actions.shape[1]))
+
+
+def integrate_flow(noise: Tensor, num_steps: int, velocity: Callable[[Tensor, int], Tensor],
+                   guide: Guidance | None = None) -> Tensor:
+    """The chunk at flow time 0: ``num_steps`` Euler steps from ``noise`` (time 1) with LeRobot's times
+    ``1 + s dt``, ``dt = -1 / num_steps`` (Python floats, as its ``sample_actions`` forms them).
+    ``velocity(x, s)``: the network's velocity at step ``s``; ``guide``: each one corrected by Real-Time
+    Chunking toward the leftover, as LeRobot's ``RTCProcessor.denoise_step`` does with the same ``time``.
+    Why shared: SmolVLA and π0 / π0.5 run this same loop (and must stay bit-equal to LeRobot's)."""
+    dt = -1.0 / num_steps
+    x = noise
+    if guide is not None:
+        target = leftover_target(guide.actions, guide.left, x.shape[0], x.shape[1])
+    for s, time in enumerate(flow_times(num_steps)):
+        v = velocity(x, s)
+        if guide is not None:
+            v = guided_velocity(x, time, v, target, guide.weights, guide.max_weight)
+        x = x + dt * v
+    return x
+
+
+def flow_times(num_steps: int) -> list[float]:
+    """The Euler steps' flow times ``1 + s dt`` (``dt = -1 / num_steps``) as LeRobot's ``sample_actions``
+    forms them: the policies embed them (in float32) once, ``integrate_flow`` guides with them."""
+    dt = -1.0 / num_steps
+    return [1.0 + s * dt for s in range(num_steps)]

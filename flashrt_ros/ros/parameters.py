@@ -44,10 +44,11 @@ PARAMS: tuple[ParamDef, ...] = (
              "to a .gguf file, a Hugging Face Qwen3-Next-style checkpoint directory, or "
              "'random-hybrid-tiny' / 'random-llama-tiny' (tests).", True),
     ParamDef("policy", "gru", "Policy for engine_kind=policy: 'gru', 'transformer', "
-             "'lerobot:<checkpoint dir>' (LeRobot ACT / Diffusion Policy / SmolVLA), or "
+             "'lerobot:<checkpoint dir>' (LeRobot ACT / Diffusion Policy / SmolVLA / π0 / π0.5), or "
              "'package.module:Factory' returning a PolicyModule.", True),
     ParamDef("policy_instruction", "", "Language instruction of a vision-language-action policy "
-             "(SmolVLA), tokenised with its checkpoint's tokenizer: every episode (reset) starts with it. "
+             "(SmolVLA, π0, π0.5), tokenised with its checkpoint's tokenizer: every episode (reset) starts "
+             "with it. "
              "Empty: none.", True),
     ParamDef("device", "auto", "Torch device: 'auto' (cuda if available, else cpu), 'cpu', 'cuda', "
              "'cuda:N'.", True),
@@ -80,7 +81,7 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("replan", "sync", "How a chunking policy plans its next chunk: sync (in the step that empties "
              "the queue: that step waits for the network), async (beside the control loop, merged "
              "replan_delay_steps later; the control step only pops), rtc (async with Real-Time Chunking "
-             "guidance toward the leftover of the current chunk; flow-matching policies: SmolVLA). "
+             "guidance toward the leftover of the current chunk; flow-matching policies: SmolVLA, π0, π0.5). "
              "docs/robot_io.md, 'Replanning beside the loop'.", True, choices=("sync", "async", "rtc")),
     ParamDef("replan_delay_steps", 0, "async / rtc: control steps from a plan's launch to its merge "
              "(0: from the measured turnaround, plus one period).", True, int_range=(0, 10000)),

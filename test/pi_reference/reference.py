@@ -15,7 +15,11 @@ first on its path; for every case of the spec this module
 2. runs ``preprocessor -> select_action -> postprocessor`` over the case's
    observations, with the noise of plan ``p`` replaced by the draw our
    counter-based stream makes for plan ``p`` (``sample_noise`` patched: LeRobot's
-   ``select_action`` takes no noise), and saves the actions.
+   ``select_action`` takes no noise), and saves the actions;
+3. for a case with ``rtc``: plans its first observation again with
+   ``predict_action_chunk`` and Real-Time Chunking enabled (``RTCConfig``), from
+   plan 0's noise and a seeded leftover queue, once per (delay, left) pair, and
+   saves the guided chunks beside the actions.
 """
 from __future__ import annotations
 
@@ -65,6 +69,9 @@ class Case:
     task: str = "pick up the red cube"
     seed: int = 0
     device: str = "cpu"                    # where LeRobot runs the episode (it is built on the CPU)
+    #: also the guided chunks (``guided_chunks``): {"horizon", "schedule" (RTCAttentionSchedule, lower case),
+    #: "max_weight", "pairs": [[inference delay, leftover length], ...]}
+    rtc: dict | None = None
 
     def features(self) -> dict:
         return dict(cameras=self.cameras, hw=tuple(self.hw), state=self.state, env=0, action=self.action)
@@ -213,6 +220,36 @@ def run_episode(policy, config, case: Case) -> tuple[dict[str, torch.Tensor], li
             "token_lengths": torch.tensor(lengths)}, replan_s
 
 
+def guided_chunks(policy, config, case: Case) -> dict[str, torch.Tensor]:
+    """LeRobot's ``predict_action_chunk`` with RTC enabled on the case's first observation, one chunk per
+    ``case.rtc`` pair, each from plan 0's noise and the last ``left`` actions of a seeded queue of
+    ``n_action_steps`` (normalised, as a queue holds them): ``rtc_queue`` and ``rtc_chunks`` (pairs x
+    chunk_size x action, normalised). The policy's RTC is switched off again afterwards."""
+    from lerobot.configs.types import RTCAttentionSchedule
+    from lerobot.policies.rtc.configuration_rtc import RTCConfig
+    from lerobot_reference import case_features, observations, processors
+
+    rtc, device = case.rtc, torch.device(case.device)
+    pre, _ = processors(config, Path(case.directory))
+    obs = observations(case_features(case.features()), case.steps, seed=case.obs_seed)[0]
+    queue = torch.randn(config.n_action_steps, case.action, generator=torch.Generator().manual_seed(case.seed + 2))
+    config.rtc_config = RTCConfig(enabled=True, execution_horizon=rtc["horizon"], max_guidance_weight=rtc["max_weight"],
+                                  prefix_attention_schedule=RTCAttentionSchedule(rtc["schedule"].upper()))
+    policy.init_rtc_processor()
+    chunks = []
+    with torch.no_grad():
+        for delay, left in rtc["pairs"]:
+            batch = pre({**{k: v.clone() for k, v in obs.items()}, "task": case.task})
+            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            chunk = policy.predict_action_chunk(batch, noise=plan_noise(case.noise_seed, 0, config).to(device),
+                                                inference_delay=delay, execution_horizon=rtc["horizon"],
+                                                prev_chunk_left_over=queue[-left:].unsqueeze(0).to(device))
+            chunks.append(chunk[0].cpu())
+    config.rtc_config = None
+    policy.init_rtc_processor()
+    return {"rtc_queue": queue, "rtc_chunks": torch.stack(chunks)}
+
+
 def main(spec_path: str) -> None:
     from safetensors.torch import save_file
 
@@ -226,6 +263,8 @@ def main(spec_path: str) -> None:
             print(f"[pi_reference] {case.kind} {case.directory}: built in {build_s:.1f} s", flush=True)
             continue
         record, replan_s = run_episode(policy, config, case)
+        if case.rtc:
+            record.update(guided_chunks(policy, config, case))
         save_file({k: v.contiguous() for k, v in record.items()},
                   str(Path(case.directory) / "reference_actions.safetensors"))
         (Path(case.directory) / "reference_run.json").write_text(json.dumps(

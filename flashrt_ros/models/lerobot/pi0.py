@@ -28,6 +28,12 @@ model again; what it can skip is the vision tower: ``replan_from_context``
 (the engine's ``replan_from_context``, ``engine.vla.reinstruct``) re-plans the
 last chunk from the stored image tokens and state with the current
 instruction, bit-identically to a cold replan of that observation.
+
+Beside the control loop (the engine's ``replan: async | rtc``) ``plan`` runs on
+a copy of the arena and writes the buffers ``action_queue().planned`` names;
+with ``rtc`` its Euler steps are guided toward the leftover of the chunk being
+executed (Real-Time Chunking, ``models.rtc``), as LeRobot's ``sample_actions``
+with ``rtc_config`` enabled.
 """
 from __future__ import annotations
 
@@ -49,8 +55,9 @@ from flashrt_ros.models.lerobot.pi05_prompt import StatePrompt
 from flashrt_ros.models.lerobot.pi0_net import PiModel, VisionSizes
 from flashrt_ros.models.lerobot.smolvla_net import sinusoidal_time
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, PolicyModule, pop_queue
+from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
+from flashrt_ros.models.rtc import flow_times, integrate_flow
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.ops.rope import rope_inv_freq
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -118,7 +125,8 @@ class PI0Config:
             raise InvalidArgument(f"{name} supports n_obs_steps == 1 only")
         rtc = c.get("rtc_config")
         if isinstance(rtc, dict) and rtc.get("enabled"):
-            raise InvalidArgument(f"{name} with rtc_config.enabled=true (real-time chunking) is not supported")
+            raise InvalidArgument(f"{name} with rtc_config.enabled=true is not supported: Real-Time Chunking is the "
+                                  "engine's replan rtc (rtc_* parameters), not a checkpoint setting")
         if STATE not in ckpt.input_features:
             raise InvalidArgument(f"{ckpt.path}/config.json: {name} needs an {STATE!r} input")
         # empty cameras are masked out of LeRobot's prefix: leaving them out gives the same actions;
@@ -226,8 +234,7 @@ class PI0Policy(LanguageInstruction, PolicyModule):
         self.norm = PolicyNormalization(ckpt)
         self.prompt = StatePrompt(self.tokenizer(), cfg.tokenizer_max_length, cfg.state_width) if cfg.pi05 else None
         # the Euler times 1, 1 - 1/K, ... as LeRobot forms them (float32), embedded in float64 once
-        self.dt = -1.0 / cfg.num_inference_steps
-        times = torch.tensor([1.0 + s * self.dt for s in range(cfg.num_inference_steps)], dtype=torch.float32)
+        times = torch.tensor(flow_times(cfg.num_inference_steps), dtype=torch.float32)
         self.register_buffer("time_embeddings", sinusoidal_time(times.to(torch.float64), cfg.expert.width,
                                                                 cfg.min_period, cfg.max_period), persistent=False)
         # the expert's own attention: π0's state token (block 1) sees itself, the actions (block 2) see
@@ -284,9 +291,17 @@ class PI0Policy(LanguageInstruction, PolicyModule):
     # --- steps ------------------------------------------------------------------------------------
     def action_queue(self) -> ActionQueue:
         """Replan-or-pop on the host; a pop reads no observation; the stored prefix can be redrawn from and
-        the stored observation re-planned from."""
-        return ActionQueue(self.LEFT, self.cfg.n_action_steps, pop_reads_observation=False,
-                           redraw_context=self.PREFIX_LEN, replans_from_context=True)
+        the stored observation re-planned from; a plan (beside the loop too) writes the encoded observation,
+        the prefix KV, its length, the queue and the noise counter."""
+        c = self.cfg
+        kv = tuple(f"{name}{i}" for i in range(c.vlm.depth) for name in (self.KEY, self.VALUE))
+        return ActionQueue(self.LEFT, c.n_action_steps, pop_reads_observation=False,
+                           redraw_context=self.PREFIX_LEN, replans_from_context=True, chunk=self.QUEUE,
+                           planned=(self.IMAGES, self.STATE_VEC, *kv, self.PREFIX_LEN, self.PLANS),
+                           chunk_size=c.chunk_size, ahead=c.chunk_size - c.n_action_steps)
+
+    #: Real-Time Chunking: ``plan`` takes a ``Guidance`` (``flashrt_ros.models.rtc``).
+    supports_guidance = True
 
     def step_observation(self, observation: Mapping[str, Tensor], arena: StateArena,
                          replan: bool | None = None) -> Tensor:
@@ -297,11 +312,13 @@ class PI0Policy(LanguageInstruction, PolicyModule):
             self.plan(observation, arena)
         return self.norm.action(pop_queue(arena[self.QUEUE], arena[self.LEFT]))
 
-    def plan(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
-        """Encode the observation, prefill the prefix KV, denoise a chunk with the next noise draw."""
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: Guidance | None = None,
+             ahead: Tensor | None = None) -> None:
+        """Encode the observation, prefill the prefix KV, denoise a chunk with the next noise draw (pulled
+        toward ``guide``'s leftover with Real-Time Chunking; the actions after the queued ones into ``ahead``)."""
         self.encode_observation(observation, arena)
         self.prefill_from_context(arena)
-        self.denoise(arena, arena[self.PLANS])
+        self.denoise(arena, arena[self.PLANS], guide, ahead)
         arena[self.PLANS].add_(1)
 
     def redraw_chunk(self, arena: StateArena) -> None:
@@ -370,8 +387,12 @@ class PI0Policy(LanguageInstruction, PolicyModule):
                 x = layer.finish(x, gqa_attention(q, k, v, mask), None)
         arena[self.PREFIX_LEN].copy_(c.image_rows + length)
 
-    def denoise(self, arena: StateArena, counter: Tensor) -> None:
-        """``num_inference_steps`` Euler steps from plan ``counter``'s noise over the stored prefix; refill the queue."""
+    def denoise(self, arena: StateArena, counter: Tensor, guide: Guidance | None = None,
+                ahead: Tensor | None = None) -> None:
+        """``num_inference_steps`` Euler steps from plan ``counter``'s noise over the stored prefix; refill the queue.
+
+        ``guide``: Real-Time Chunking (LeRobot's ``RTCProcessor`` arithmetic, ``models.rtc``); ``ahead``: the
+        actions after the queued ones (an async plan's)."""
         c, m = self.cfg, self.model
         x = normal(arena[self.RNG_SEED], counter, c.chunk_size * c.max_action_dim).view(c.chunk_size,
                                                                                          c.max_action_dim)
@@ -382,10 +403,9 @@ class PI0Policy(LanguageInstruction, PolicyModule):
         cos, sin = m.expert.rope(prefix_len + torch.arange(c.suffix_len, device=dev), self.dtype)
         kv = [(arena[f"{self.KEY}{i}"], arena[f"{self.VALUE}{i}"]) for i in range(c.expert.depth)]
         state = None if c.pi05 else m.state_proj(arena[self.STATE_VEC][None, :].to(m.state_proj.weight.dtype))
-        for s in range(c.num_inference_steps):
-            x = x + self.dt * self.velocity(x, s, state, kv, mask, cos, sin)
-        arena[self.QUEUE].copy_(x[: c.n_action_steps, : c.action_dim])
-        arena[self.LEFT].fill_(c.n_action_steps)
+        x = integrate_flow(x, c.num_inference_steps, lambda x, s: self.velocity(x, s, state, kv, mask, cos, sin),
+                           guide)
+        queue_chunk(x, arena[self.QUEUE], arena[self.LEFT], ahead)
 
     def velocity(self, x: Tensor, step: int, state: Tensor | None, kv: list[tuple[Tensor, Tensor]], mask: Tensor,
                  cos: Tensor, sin: Tensor) -> Tensor:

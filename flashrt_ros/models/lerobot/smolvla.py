@@ -39,8 +39,8 @@ from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.smolvla_checkpoint import PUBLISHED_VLM, vlm_sizes
 from flashrt_ros.models.lerobot.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue
-from flashrt_ros.models.rtc import guided_velocity, leftover_target
+from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
+from flashrt_ros.models.rtc import flow_times, integrate_flow
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -177,11 +177,9 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         self.model.action_time_mlp_out = nn.Linear(e, e)
         self.norm = PolicyNormalization(ckpt)
         # the Euler times 1, 1 - 1/K, ... as LeRobot forms them (float32), embedded in float64 once
-        dt = -1.0 / cfg.num_steps
-        times = torch.tensor([1.0 + s * dt for s in range(cfg.num_steps)], dtype=torch.float32)
+        times = torch.tensor(flow_times(cfg.num_steps), dtype=torch.float32)
         self.register_buffer("time_embeddings", sinusoidal_time(times.to(torch.float64), e, cfg.min_period,
                                                                 cfg.max_period), persistent=False)
-        self.dt = dt
         self.set_default_instruction(instruction)
 
     # --- contract ---------------------------------------------------------------------
@@ -265,17 +263,9 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         cross_mask = prefix_mask[None, :].expand(c.chunk_size, P)
         steps = torch.arange(c.chunk_size, device=x.device)
         kv = [(arena[f"{self.KEY}{i}"], arena[f"{self.VALUE}{i}"]) for i in range(c.num_vlm_layers)]
-        if guide is not None:
-            target = leftover_target(guide.actions, guide.left, c.chunk_size, c.max_action_dim)
-        for s in range(c.num_steps):
-            v_t = self.velocity(x, s, kv, self_mask, cross_mask, prefix_len + steps, steps)
-            if guide is not None:
-                v_t = guided_velocity(x, 1.0 + s * self.dt, v_t, target, guide.weights, guide.max_weight)
-            x = x + self.dt * v_t
-        arena[self.QUEUE].copy_(x[: c.n_action_steps, : c.action_dim])
-        if ahead is not None:
-            ahead.copy_(x[c.n_action_steps:c.n_action_steps + ahead.shape[0], : c.action_dim])
-        arena[self.LEFT].fill_(c.n_action_steps)
+        x = integrate_flow(x, c.num_steps, lambda x, s: self.velocity(x, s, kv, self_mask, cross_mask,
+                                                                      prefix_len + steps, steps), guide)
+        queue_chunk(x, arena[self.QUEUE], arena[self.LEFT], ahead)
         plans.add_(1)
 
     # --- network --------------------------------------------------------------------------
