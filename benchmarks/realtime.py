@@ -151,6 +151,7 @@ def loop_part(args: argparse.Namespace) -> dict[str, Any]:
             row.update(mode=mode, policy=args.policy, size=args.size, dtype=args.dtype)
             print(json.dumps(row), flush=True)
             rows.append(row)
+            write(args, {"part": "loop", "rows": rows})     # a run cut short keeps what finished
     return {"part": "loop", "rows": rows}
 
 
@@ -221,6 +222,7 @@ def arm_part(args: argparse.Namespace) -> dict[str, Any]:
                            "switch_jump_p99_rad": percentile([j for e in eps for j in e["switch_jumps"]], 99)}
                     print(json.dumps(row), flush=True)
                     rows.append(row)
+                    write(args, {"part": "arm", "rows": rows})
     finally:
         sim.close()
     return {"part": "arm", "rows": rows}
@@ -283,16 +285,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     result = loop_part(args) if args.part == "loop" else arm_part(args)
+    print(write(args, result))
+    return 0
+
+
+def write(args: argparse.Namespace, result: dict[str, Any]) -> str:
+    """The result with its provenance into ``--json`` and ``--md`` (rewritten after every row); the markdown."""
     result["provenance"] = provenance(getattr(args, "device", "cpu"), {"torch_threads": torch.get_num_threads()})
     text = markdown(result)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    if args.md:
-        args.md.parent.mkdir(parents=True, exist_ok=True)
-        args.md.write_text(text)
-    return 0
+    for path, content in ((args.json, json.dumps(result, indent=1) + "\n"), (args.md, text)):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+    return text
 
 
 if __name__ == "__main__":
