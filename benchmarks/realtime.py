@@ -96,6 +96,7 @@ def run_loop(engine: PolicyEngine, observations: list[dict], rate: float, second
     times, actions, switched = [], [], []
     launches: list[int] = []
     reaction_s: list[float] = []
+    by_kind: dict[str, list[float]] = {}             # step times by what the step did (pop, launch, merge, ...)
     deadline = time.perf_counter()
     steps = int(seconds * rate)
     for i in range(steps):
@@ -112,7 +113,11 @@ def run_loop(engine: PolicyEngine, observations: list[dict], rate: float, second
         switched.append(bool(replans) or merged)
         if replans:
             reaction_s.append(t1 - t0)
-        if engine.counts["launched"] > before["launched"]:
+        launched = engine.counts["launched"] > before["launched"]
+        kind = ("sync plan" if replans else "held" if engine.counts["held"] > before["held"]
+                else "+".join(k for k, hit in (("merge", merged), ("launch", launched)) if hit) or "pop")
+        by_kind.setdefault(kind, []).append((t1 - t0) * 1e3)
+        if launched:
             launches.append(i)
         if merged and launches:
             reaction_s.append((i - launches.pop(0)) * period + (t1 - t0))
@@ -131,6 +136,8 @@ def run_loop(engine: PolicyEngine, observations: list[dict], rate: float, second
             "turnaround_p50_ms": status.get("turnaround_p50_ms"), "turnaround_p95_ms": status.get("turnaround_p95_ms"),
             "reaction_p50_ms": percentile([r * 1e3 for r in reaction_s], 50) if reaction_s else math.nan,
             "reaction_p99_ms": percentile([r * 1e3 for r in reaction_s], 99) if reaction_s else math.nan,
+            "step_ms_by_kind": {k: {"n": len(v), "p50": percentile(v, 50), "p99": percentile(v, 99), "max": max(v)}
+                                for k, v in sorted(by_kind.items())},
             "switch_jump_p99": percentile(at_switch, 99) if at_switch else math.nan,
             "within_chunk_jump_p99": percentile(within, 99) if within else math.nan}
 

@@ -77,7 +77,9 @@ def guided_velocity(x: Tensor, time: float, v: Tensor, target: Tensor, weights: 
     leftover, zero-padded to ``x``'s shape; ``weights``: per step (``prefix_weights``)."""
     x1 = x - time * v
     correction = (target - x1) * weights[:, None]
-    return v - guidance_weight(time, max_weight).to(v.device) * correction
+    # a host float (the float32 weight exactly): multiplying by it is the same float32 product as by the
+    # 0-d tensor, and a CUDA graph captures it as a constant (a host tensor copied in could not be captured)
+    return v - float(guidance_weight(time, max_weight)) * correction
 
 
 def leftover_target(actions: Tensor, left: Tensor, rows: int, cols: int) -> Tensor:
