@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy
 import torch
 from torch import Tensor
 
@@ -59,15 +60,21 @@ def prefix_weights(delay: int, horizon: int, total: int, schedule: str) -> Tenso
     return torch.cat([torch.ones(min(start, total)), ramp, torch.zeros(max(total - horizon, 0))])[:total]
 
 
-def guidance_weight(time: float, max_weight: float) -> Tensor:
-    """``min(c / r^2, max_weight)`` with ``tau = 1 - time``, in float32 as LeRobot computes it
-    (its infinities at ``tau = 0`` clamped to ``max_weight``)."""
-    max_w = torch.as_tensor(max_weight)
-    tau = torch.as_tensor(1 - time)
-    one_minus_tau_sq = (1 - tau) ** 2
-    inv_r2 = (one_minus_tau_sq + tau ** 2) / one_minus_tau_sq
-    c = torch.nan_to_num((1 - tau) / tau, posinf=max_weight)
-    return torch.minimum(torch.nan_to_num(c * inv_r2, posinf=max_weight), max_w)
+def guidance_weight(time: float, max_weight: float) -> float:
+    """``min(c / r^2, max_weight)`` with ``tau = 1 - time``, in float32 as LeRobot computes it (its
+    infinities at ``tau = 0`` clamped to ``max_weight``), returned as a host float. Why numpy float32:
+    the same IEEE float32 operations as LeRobot's torch ones, computed without touching a tensor, so a
+    captured step body never reads the host and a CUDA graph takes the weight as a constant."""
+    f32 = numpy.float32
+    max_w = f32(max_weight)
+    tau = f32(1 - time)
+    one_minus_tau = f32(1) - tau
+    one_minus_tau_sq = one_minus_tau * one_minus_tau
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        inv_r2 = (one_minus_tau_sq + tau * tau) / one_minus_tau_sq
+        c = numpy.nan_to_num(one_minus_tau / tau, posinf=max_w)
+        weight = numpy.nan_to_num(c * inv_r2, posinf=max_w)
+    return float(min(weight, max_w))
 
 
 def guided_velocity(x: Tensor, time: float, v: Tensor, target: Tensor, weights: Tensor,
@@ -77,9 +84,9 @@ def guided_velocity(x: Tensor, time: float, v: Tensor, target: Tensor, weights: 
     leftover, zero-padded to ``x``'s shape; ``weights``: per step (``prefix_weights``)."""
     x1 = x - time * v
     correction = (target - x1) * weights[:, None]
-    # a host float (the float32 weight exactly): multiplying by it is the same float32 product as by the
+    # a host float (the float32 weight exactly): multiplying by it is the same float32 product as by a
     # 0-d tensor, and a CUDA graph captures it as a constant (a host tensor copied in could not be captured)
-    return v - float(guidance_weight(time, max_weight)) * correction
+    return v - guidance_weight(time, max_weight) * correction
 
 
 def leftover_target(actions: Tensor, left: Tensor, rows: int, cols: int) -> Tensor:
