@@ -57,7 +57,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the π reference helpers (a checkout's test/)
 
-from benchmarks.policies import capsule_times, machine, our_episode, summarize  # noqa: E402
+from benchmarks.episodes import our_episode, summarize  # noqa: E402
+from benchmarks.policies import capsule_times, machine  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402

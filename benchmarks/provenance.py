@@ -5,10 +5,10 @@ the GPU and driver, the CPU and the backend flags cannot be compared with the
 next run, nor reproduced. Every benchmark that writes JSON puts
 ``provenance(device)`` under the key ``"provenance"``.
 
-The commit comes from ``git`` in the checkout, "dirty" when a file outside ``docs/``
-(where results go) is changed or untracked; a copy without ``.git`` (the
-device machine gets a copy of the working tree) can pass it in the environment:
-``FLASHRT_COMMIT=<sha> FLASHRT_DIRTY=0|1``.
+The commit comes from the environment when set (``FLASHRT_COMMIT=<sha> FLASHRT_DIRTY=0|1``:
+the device machine gets a copy of the working tree, whose ``.git`` may be missing or stale),
+else from ``git`` in the checkout, "dirty" when a file outside ``docs/`` (where results go) is
+changed or untracked.
 """
 from __future__ import annotations
 
@@ -37,20 +37,22 @@ def _run(cmd: list[str], timeout: float = 10.0) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def git_state() -> dict[str, Any]:
-    """``{"commit", "dirty", "source"}``: from git when the checkout has it, else from the environment.
+    """``{"commit", "dirty", "source"}``: ``FLASHRT_COMMIT`` when set, else from git, else unknown.
 
+    Why the environment first: a device copy of the working tree can carry a stale ``.git`` (kept from
+    an earlier copy), whose HEAD is not the code that ran; whoever sets ``FLASHRT_COMMIT`` knows.
     Read once per process: a benchmark calls it when it starts, so the record names the code that
     ran, not edits made to the checkout while it ran."""
-    commit = _run(["git", "rev-parse", "HEAD"])
-    if commit:
-        # changed or untracked files outside docs/ (docs/ holds results, often written by the run itself)
-        status = _run(["git", "status", "--porcelain", "--", ".", ":(exclude)docs"])
-        return {"commit": commit, "dirty": bool(status) if status is not None else None, "source": "git"}
     env_commit = os.environ.get("FLASHRT_COMMIT")
     if env_commit:
         dirty = os.environ.get("FLASHRT_DIRTY")
         return {"commit": env_commit, "dirty": None if dirty is None else dirty not in ("0", "false", ""),
                 "source": "environment (FLASHRT_COMMIT)"}
+    commit = _run(["git", "rev-parse", "HEAD"])
+    if commit:
+        # changed or untracked files outside docs/ (docs/ holds results, often written by the run itself)
+        status = _run(["git", "status", "--porcelain", "--", ".", ":(exclude)docs"])
+        return {"commit": commit, "dirty": bool(status) if status is not None else None, "source": "git"}
     return {"commit": "unknown", "dirty": None, "source": "no git and no FLASHRT_COMMIT"}
 
 

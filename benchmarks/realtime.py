@@ -236,10 +236,13 @@ def arm_part(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- report -------------------------------------------------------------------------------------
+STEP_KINDS = ("pop", "launch", "merge", "merge+launch", "held", "sync plan")   # what a loop step did
+
+
 def markdown(result: dict[str, Any]) -> str:
     p = result["provenance"]
     load = p["load_average"][0] if p.get("load_average") else float("nan")
-    lines = [f"# Replanning beside the loop: {result['part']}", "", f"{summary_line(p)}; {os.cpu_count()} CPU cores, "
+    lines = [f"# Replanning beside the loop: {result['part']}", "", f"{summary_line(p)}; "
              f"load {load:.2f} at the end", ""]
     if result["part"] == "loop":
         lines += ["| policy | dtype | Hz | mode | cold start ms | steps over the period | step p50 / p99 / max ms | held | late | "
@@ -252,6 +255,13 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{_ms(r['turnaround_p50_ms'])} / {_ms(r['turnaround_p95_ms'])} | "
                          f"{_ms(r['reaction_p50_ms'])} / {_ms(r['reaction_p99_ms'])} | "
                          f"{r['switch_jump_p99']:.4f} / {r['within_chunk_jump_p99']:.4f} |")
+        lines += ["", "Step time by what the step did (ms, n / p50 / p99 / max): where a p99 comes from.", "",
+                  "| policy | Hz | mode | " + " | ".join(STEP_KINDS) + " |", "| --- | --- | --- |" + " --- |" * len(STEP_KINDS)]
+        for r in result["rows"]:
+            kinds = r.get("step_ms_by_kind", {})
+            cells = [f"{k['n']} / {k['p50']:.2f} / {k['p99']:.2f} / {k['max']:.2f}" if (k := kinds.get(name)) else "-"
+                     for name in STEP_KINDS]
+            lines.append(f"| {r['policy']} | {r['rate_hz']:g} | {r['mode']} | " + " | ".join(cells) + " |")
     else:
         lines += ["| policy | mode | delay (steps) | reached (95 % CI) | on target at the end (95 % CI) | "
                   "median final distance m | jump p99 at a chunk switch (rad) | episodes |",
