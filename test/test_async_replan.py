@@ -61,6 +61,23 @@ def test_a_merge_late_by_more_than_the_lookahead_queues_what_is_left(tmp_path):
     assert e.replan_status()["merged"] == 1 and e._left.get() == 0
 
 
+def test_a_delay_longer_than_a_merged_chunk_lasts_is_reported(tmp_path):
+    """Chunk 8 with 5 queued (3 to spare): at delay 2 a merged chunk lasts 5 steps, at delay 5 only 3,
+    less than the next plan takes; every such launch is counted and the status says how long a chunk
+    lasts (the node's /diagnostics warns from it)."""
+    from flashrt_ros.ros.diagnostics import delay_over_chunk
+    policy = tiny_act(seed=1)
+    obs = episode_observations(policy, 14, seed=3)
+    short, long_ = engine(policy, tmp_path / "a", delay_steps=2), engine(policy, tmp_path / "b", delay_steps=5)
+    run(short, obs)
+    run(long_, obs)
+    ok, bad = short.replan_status(), long_.replan_status()
+    assert (ok["chunk_steps"], ok["delay_over_chunk"]) == (5, 0) and not delay_over_chunk(ok)
+    assert bad["chunk_steps"] == 3 and bad["launched"] >= 2
+    assert bad["delay_over_chunk"] == bad["launched"]
+    assert "delay 5 steps > the 3 a merged chunk lasts" in delay_over_chunk(bad)
+
+
 def test_the_control_thread_never_runs_the_network_after_the_first_chunk(tmp_path, monkeypatch):
     policy = tiny_act(seed=1)
     threads: list[str] = []

@@ -133,7 +133,7 @@ class PolicyEngine:
                                                   pool=pool)
         self._left = HostMirror(self.capsules.version, self._read_left)
         self._planner: ChunkPlanner | None = None
-        self.counts = {"launched": 0, "merged": 0, "held": 0, "late": 0, "dropped": 0}
+        self.counts = {"launched": 0, "merged": 0, "held": 0, "late": 0, "dropped": 0, "delay_over_chunk": 0}
         if self.replan.mode != "sync":
             self._planner = ChunkPlanner(policy, self.arena, self._inputs, self._queue, self.replan,
                                          cuda_graph=cuda_graph)
@@ -297,6 +297,11 @@ class PolicyEngine:
             planner.wait()
         delay = max(1, min(planner.delay_steps(), leftover))   # the old queue lasts until the merge
         merge = launch - 1 + delay
+        planned_delay = planner.delay_steps()
+        if self._chunk_steps(planned_delay) < planned_delay:
+            # the merged chunk will run dry before the next plan (as long as this one) lands: the
+            # robot holds in between; a planning delay too long for this policy's chunks
+            self.counts["delay_over_chunk"] += 1
         self.arena[ACTIVE].fill_(1)
         self.arena[READY].zero_()
         self.arena[LAUNCH].fill_(launch)
@@ -304,6 +309,12 @@ class PolicyEngine:
         self._pending.keep((1, 0, launch, merge))
         planner.launch((self.capsules.version(), merge), inputs, leftover, delay)
         self.counts["launched"] += 1
+
+    def _chunk_steps(self, delay: int) -> int:
+        """The actions a plan merged ``delay`` steps after its launch leaves in the queue: a queue's worth
+        while the chunk's spare actions (``ActionQueue.ahead``) cover the delay, fewer after."""
+        refill = self._queue.refill
+        return max(0, min(refill, refill + self._queue.ahead - delay))
 
     def _settle_pending(self) -> None:
         """Before the live state is read whole (snapshot, live verify, session park): a plan in flight
@@ -467,12 +478,15 @@ class PolicyEngine:
         }
 
     def replan_status(self) -> dict[str, Any]:
-        """How chunks are planned: the mode and, beside the loop, the delay, the plans' turnaround
-        and what happened to them (launched, merged, held steps, late, dropped)."""
+        """How chunks are planned: the mode and, beside the loop, the delay, the steps a merged chunk
+        lasts at that delay (``chunk_steps``: below the delay the robot holds before each merge), the
+        plans' turnaround and what happened to them (launched, merged, held steps, late, dropped,
+        launched with the delay over the chunk)."""
         out: dict[str, Any] = {"mode": self.replan.mode}
         if self._planner is not None:
             turns = list(self._planner.turnaround_s)
             out.update(self.counts, delay_steps=self._planner.delay_steps(),
+                       chunk_steps=self._chunk_steps(self._planner.delay_steps()),
                        turnaround_p50_ms=percentile(turns, 50) * 1e3 if turns else float("nan"),
                        turnaround_p95_ms=percentile(turns, 95) * 1e3 if turns else float("nan"))
         return out

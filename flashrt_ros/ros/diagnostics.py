@@ -45,8 +45,9 @@ def tier_bytes(stats: Mapping[str, Any]) -> dict[str, int]:
 
 def diagnostics_message(node_name: str, status: Mapping[str, Any], lifecycle_state: str,
                         stamp: Time) -> DiagnosticArray:
-    """One DiagnosticStatus: OK while active, WARN when inactive/unconfigured or the policy's
-    inputs are stale (the policy is stopped), ERROR on errors."""
+    """One DiagnosticStatus: OK while active, WARN when inactive/unconfigured, when the policy's
+    inputs are stale (the policy is stopped) or when plans beside the loop take longer than a
+    chunk can spare (the queue shortens), ERROR on errors."""
     level = DiagnosticStatus.OK if lifecycle_state == "active" else DiagnosticStatus.WARN
     summary = f"{lifecycle_state}"
     if status.get("error"):
@@ -54,6 +55,8 @@ def diagnostics_message(node_name: str, status: Mapping[str, Any], lifecycle_sta
     elif lifecycle_state == "active" and status.get("inputs_state") in ("stale", "error"):
         level = DiagnosticStatus.WARN
         summary = f"active, policy stopped: inputs {status.get('inputs_detail', 'stale')}"
+    elif lifecycle_state == "active" and (over := delay_over_chunk(status.get("replan", {}))):
+        level, summary = DiagnosticStatus.WARN, f"active, {over}"
     elif lifecycle_state == "active":
         summary = (f"active, position {status.get('position', 0)}, "
                    f"{status.get('capsule_count', 0)} capsules")
@@ -64,6 +67,15 @@ def diagnostics_message(node_name: str, status: Mapping[str, Any], lifecycle_sta
                              message=summary, hardware_id=str(status.get("device", "")),
                              values=values)
     return DiagnosticArray(header=_header(stamp), status=[entry])
+
+
+def delay_over_chunk(replan: Mapping[str, Any]) -> str:
+    """A warning when a plan beside the loop takes longer than a merged chunk lasts ("" when not)."""
+    delay, lasts = replan.get("delay_steps"), replan.get("chunk_steps")
+    if delay is None or lasts is None or int(lasts) >= int(delay):
+        return ""
+    return (f"replan delay {int(delay)} steps > the {int(lasts)} a merged chunk lasts: the robot holds "
+            "before each merge (lower the control rate, or plan faster: precision, device)")
 
 
 def _header(stamp: Time) -> Any:
