@@ -205,7 +205,7 @@ def markdown(rows: dict, machine_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", choices=("pi0", "pi05"), default="pi0")
     ap.add_argument("--cameras", type=int, default=2)
@@ -223,7 +223,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="reduced sizes, few steps (CPU allowed)")
     ap.add_argument("--out", type=Path, help="markdown table (all rows in --json)")
     ap.add_argument("--json", type=Path, help="rows, merged with what the file already holds")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type != "cuda" and not args.smoke:
         sys.exit("needs a CUDA GPU (use --smoke to check the script on CPU)")
