@@ -199,12 +199,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     max_age_ms = 1e3 * (args.max_age or 1.5 / args.rate)
     late = sum(gap > max_age_ms for gap in sensor_gaps)        # our own publisher fell behind
     flips_window = flips_all = 0
+    flip_times: list[float] = []               # seconds into the window: to set beside the largest gaps
     previous = None
     for t, msg in statuses:
         if msg.inputs_state == "stale" and previous == "fresh":
             flips_all += 1
             flips_window += window_start <= t <= window_end
+            flip_times.append(round(t - window_start, 3))
         previous = msg.inputs_state or previous
+    largest = sorted(((1e3 * (b - a), a - window_start) for a, b in zip(in_window, in_window[1:])), reverse=True)[:3]
     log = log_path.read_text(errors="replace")
     stale_lines = len(re.findall(r"policy inputs stale", log))
     last = statuses[-1][1] if statuses else None
@@ -215,6 +218,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "command_gap_ms": percentiles(gaps), "sensor_gap_ms": percentiles(sensor_gaps),
         "stale_flips_window": flips_window, "stale_flips_since_first_step": flips_all,
         "stale_log_lines": stale_lines, "max_age_ms": max_age_ms, "late_sensor_gaps": late,
+        "largest_command_gaps": [{"at_s": round(at, 3), "gap_ms": round(gap, 1)} for gap, at in largest],
+        "stale_flip_times_s": flip_times,
         "step_p50_ms": last.step_p50_ms if last else float("nan"),
         "step_p99_ms": last.step_p99_ms if last else float("nan"),
         "cameras": f"{len(cameras)} x {width}x{height} rgb8", "joints": len(joints),
@@ -245,6 +250,9 @@ def markdown(r: dict[str, Any]) -> str:
         ("'policy inputs stale' log lines (whole run)", str(r["stale_log_lines"])),
         ("sensor publish gaps > max_observation_age_s "
          f"({r['max_age_ms']:.0f} ms) in the window", str(r["late_sensor_gaps"])),
+        ("largest command gaps (s into the window: ms)", ", ".join(
+            f"{g_['at_s']:.1f}: {g_['gap_ms']:.0f}" for g_ in r.get("largest_command_gaps", [])) or "-"),
+        ("stale flips at (s into the window)", ", ".join(f"{t:.1f}" for t in r.get("stale_flip_times_s", [])) or "-"),
         ("policy step p50 / p99 (node)", f"{r['step_p50_ms']:.1f} / {r['step_p99_ms']:.1f} ms"),
         ("inputs", f"{r['cameras']} + JointState ({r['joints']} joints)"),
         ("policy", r["checkpoint"]),
