@@ -101,6 +101,33 @@ def test_a_client_killed_with_sigkill_leaves_no_goal_past_its_lease(env, tmp_pat
     steps_stop(actions, status)
 
 
+def test_an_interrupt_before_the_acceptance_arrives_cancels_the_goal(env, monkeypatch):
+    """Ctrl-C / SIGTERM can land after the node accepted a goal but before its acceptance reached the
+    client (a loaded machine: CI once saw it). The client still cancels the goal and reports its final
+    result; the goal does not run on (this client lives on and keeps renewing the lease)."""
+    client, actions, status, node = env
+    owner = "a test interrupted before the acceptance"
+    before = node.log.read_text().count("s lease")
+    real_wait, interrupted = client._wait, []
+
+    def interrupt_the_first_wait(future, timeout_s):
+        if not interrupted:                   # the wait for the acceptance: the node runs the goal by now
+            interrupted.append(future)
+            goal_started(status, owner)
+            raise KeyboardInterrupt
+        return real_wait(future, timeout_s)
+    monkeypatch.setattr(client, "_wait", interrupt_the_first_wait)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        client.run_policy(max_steps=100000, owner=owner)
+    monkeypatch.undo()
+    result = getattr(caught.value, "result", None)
+    assert result is not None and result.steps > 0, "the goal was cancelled and its final result came back"
+    wait_until(lambda: owner not in (status.latest.goal_owner if status.latest else owner), 90,
+               "the interrupted goal to end")
+    assert node.log.read_text().count("s lease") == before, "cancelled by its client, not by the lease"
+    steps_stop(actions, status)
+
+
 @pytest.mark.parametrize("client_kind", ["run-policy", "bt run"])
 def test_sigterm_cancels_the_goal_first_like_ctrl_c(env, tmp_path, client_kind):
     client, actions, status, node = env

@@ -8,6 +8,11 @@ from typing import Any
 
 from flashrt_ros.cli.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, code_name, interrupted_exit
 
+# An interrupt that got no final result back: a goal sent was cancelled (through its handle, or by id
+# when its acceptance never came), but nothing confirms it ended; say so rather than "cancelled".
+NO_RESULT = ("a cancel was sent for any goal this command had started, but no final result came back; "
+             "`flashrt goals` shows whether one still runs (its lease ends it otherwise)")
+
 
 def generate_command(args: argparse.Namespace, client: Any) -> int:
     printed: list[str] = []
@@ -27,8 +32,10 @@ def generate_command(args: argparse.Namespace, client: Any) -> int:
     except KeyboardInterrupt as interrupt:
         print()
         result = getattr(interrupt, "result", None)
-        where = f" at position {result.position}" if result is not None else ""
-        print(f"interrupted: generation cancelled{where}", file=sys.stderr)
+        if result is None:
+            print(f"interrupted: {NO_RESULT}", file=sys.stderr)
+            return interrupted_exit(interrupt)
+        print(f"interrupted: generation cancelled at position {result.position}", file=sys.stderr)
         return interrupted_exit(interrupt)
     if not outcome.accepted:
         print()
@@ -76,9 +83,11 @@ def run_policy_command(args: argparse.Namespace, client: Any) -> int:
                                     feedback=step, wait_s=args.timeout, stale_timeout_s=args.stale_timeout)
     except KeyboardInterrupt as interrupt:
         result = getattr(interrupt, "result", None)
-        where = f" after {result.steps} steps" if result is not None else ""
-        back = ", rolled back to the goal's start" if result is not None and result.rolled_back else ""
-        print(f"\ninterrupted: goal cancelled{where}{back}", file=sys.stderr)
+        if result is None:
+            print(f"\ninterrupted: {NO_RESULT}", file=sys.stderr)
+            return interrupted_exit(interrupt)
+        back = ", rolled back to the goal's start" if result.rolled_back else ""
+        print(f"\ninterrupted: goal cancelled after {result.steps} steps{back}", file=sys.stderr)
         return interrupted_exit(interrupt)
     if not outcome.accepted:
         print("error: goal rejected (node not active with a policy engine, or a goal is already "

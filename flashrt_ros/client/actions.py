@@ -87,7 +87,11 @@ class ActionCalls(GoalCalls):
         if wrapped is None:
             return GenerateOutcome(result=None, accepted=False, status=0)
         expected = len(wrapped.result.token_ids)
-        complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
+        try:
+            complete = self._wait_until(lambda: len(received) >= expected, feedback_grace_s)
+        except KeyboardInterrupt as interrupt:
+            interrupt.result = wrapped.result          # interrupted after the goal had ended
+            raise
         self.forget_goal(handle)
         return GenerateOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
                                feedback_complete=complete)
@@ -137,7 +141,11 @@ class ActionCalls(GoalCalls):
         handle, wrapped = self._goal_result("run_policy", sent, wait_s, timeout_s)
         if wrapped is None:
             return RunPolicyOutcome(result=None, accepted=False, status=0)
-        self._wait_until(lambda: len(seen) >= wrapped.result.steps, feedback_grace_s)
+        try:
+            self._wait_until(lambda: len(seen) >= wrapped.result.steps, feedback_grace_s)
+        except KeyboardInterrupt as interrupt:
+            interrupt.result = wrapped.result          # interrupted after the goal had ended
+            raise
         self.forget_goal(handle)
         return RunPolicyOutcome(result=wrapped.result, accepted=True, status=wrapped.status,
                                 feedback_count=len(seen))

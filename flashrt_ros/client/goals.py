@@ -164,7 +164,12 @@ class GoalCalls(ClientCore):
 
         Ctrl-C while waiting cancels the goal first (its final result rides on the
         KeyboardInterrupt as ``.result``); no result within ``timeout_s`` cancels it too."""
-        handle = self._wait(sent, wait_s)
+        try:
+            handle = self._wait(sent, wait_s)
+        except KeyboardInterrupt as interrupt:
+            # Ctrl-C / SIGTERM before the acceptance arrived: the node may run the goal already
+            interrupt.result = self._cancel_unanswered(action, sent, wait_s)
+            raise
         if handle is None:
             # Never re-sent: it may have been accepted. Cancel it by its id in case it was.
             goal_id = self._sent_goal_ids.get(id(sent))
@@ -219,6 +224,22 @@ class GoalCalls(ClientCore):
             self._cancel_clients[action] = self.node.create_client(
                 CancelGoal, f"{self.namespace}/{action}/_action/cancel_goal")
         return self._cancel_clients[action].call_async(CancelGoal.Request(goal_info=GoalInfo(goal_id=goal_id)))
+
+    def _cancel_unanswered(self, action: str, sent: Future, wait_s: float) -> Any:
+        """Cancel a goal interrupted before its acceptance arrived and return its final result (None
+        if none came): wait (bounded) for the acceptance and cancel through the handle, else by id."""
+        goal_id = self._sent_goal_ids.get(id(sent))
+        handle = self._wait(sent, wait_s)
+        if handle is not None:
+            if handle.accepted:
+                return self._cancel(handle, wait_s)
+            self.forget_goal(handle)
+            return None
+        sent.cancel()
+        if goal_id is not None:
+            self.forget_goal(goal_id)
+            self._wait(self.cancel_goal_id(goal_id, action), wait_s)
+        return None
 
     def _cancel(self, handle: Any, wait_s: float) -> Any:
         """Cancel a goal and return its final result (the node stops at a committed boundary)."""
