@@ -172,11 +172,7 @@ class GoalCalls(ClientCore):
             raise
         if handle is None:
             # Never re-sent: it may have been accepted. Cancel it by its id in case it was.
-            goal_id = self._sent_goal_ids.get(id(sent))
-            sent.cancel()
-            if goal_id is not None:
-                self.forget_goal(goal_id)
-            cancelled = goal_id is not None and self._wait(self.cancel_goal_id(goal_id, action), wait_s) is not None
+            cancelled = self._cancel_by_id(action, sent, self._sent_goal_ids.get(id(sent)), wait_s)
             raise ServiceCallError(
                 f"{action}: no answer to the goal request within {wait_s:.1f} s (TIMEOUT); not re-sent, "
                 + ("a cancel was sent in case it was accepted" if cancelled else
@@ -235,11 +231,17 @@ class GoalCalls(ClientCore):
                 return self._cancel(handle, wait_s)
             self.forget_goal(handle)
             return None
-        sent.cancel()
-        if goal_id is not None:
-            self.forget_goal(goal_id)
-            self._wait(self.cancel_goal_id(goal_id, action), wait_s)
+        self._cancel_by_id(action, sent, goal_id, wait_s)
         return None
+
+    def _cancel_by_id(self, action: str, sent: Future, goal_id: Any, wait_s: float) -> bool:
+        """A sent goal whose acceptance never came: drop the request and cancel the goal by its id in
+        case the node accepted it; True if the node answered the cancel."""
+        sent.cancel()
+        if goal_id is None:
+            return False
+        self.forget_goal(goal_id)
+        return self._wait(self.cancel_goal_id(goal_id, action), wait_s) is not None
 
     def _cancel(self, handle: Any, wait_s: float) -> Any:
         """Cancel a goal and return its final result (the node stops at a committed boundary)."""

@@ -295,9 +295,9 @@ class PolicyEngine:
             # a plan orphaned by a restore, reset, rollback or halt is still running: its worker is
             # needed now (waiting keeps the schedule exact; it happens only after such an event)
             planner.wait()
-        delay = max(1, min(planner.delay_steps(), leftover))   # the old queue lasts until the merge
-        merge = launch - 1 + delay
         planned_delay = planner.delay_steps()
+        delay = max(1, min(planned_delay, leftover))   # the old queue lasts until the merge
+        merge = launch - 1 + delay
         if self._chunk_steps(planned_delay) < planned_delay:
             # the merged chunk will run dry before the next plan (as long as this one) lands: the
             # robot holds in between; a planning delay too long for this policy's chunks
@@ -484,9 +484,8 @@ class PolicyEngine:
         launched with the delay over the chunk)."""
         out: dict[str, Any] = {"mode": self.replan.mode}
         if self._planner is not None:
-            turns = list(self._planner.turnaround_s)
-            out.update(self.counts, delay_steps=self._planner.delay_steps(),
-                       chunk_steps=self._chunk_steps(self._planner.delay_steps()),
+            turns, delay = list(self._planner.turnaround_s), self._planner.delay_steps()
+            out.update(self.counts, delay_steps=delay, chunk_steps=self._chunk_steps(delay),
                        turnaround_p50_ms=percentile(turns, 50) * 1e3 if turns else float("nan"),
                        turnaround_p95_ms=percentile(turns, 95) * 1e3 if turns else float("nan"))
         return out

@@ -47,7 +47,7 @@ def diagnostics_message(node_name: str, status: Mapping[str, Any], lifecycle_sta
                         stamp: Time) -> DiagnosticArray:
     """One DiagnosticStatus: OK while active, WARN when inactive/unconfigured, when the policy's
     inputs are stale (the policy is stopped) or when plans beside the loop take longer than a
-    chunk can spare (the queue shortens), ERROR on errors."""
+    merged chunk lasts (the robot holds before each merge), ERROR on errors."""
     level = DiagnosticStatus.OK if lifecycle_state == "active" else DiagnosticStatus.WARN
     summary = f"{lifecycle_state}"
     if status.get("error"):
