@@ -57,8 +57,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the π reference helpers (a checkout's test/)
 
-from benchmarks.episodes import our_episode, summarize  # noqa: E402
 from benchmarks.policies import capsule_times, machine  # noqa: E402
+from benchmarks.race import summarize  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
@@ -68,6 +68,21 @@ from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 TASK = "pick up the red cube and put it in the box"
 OTHER_TASK = "open the drawer"
 SIDES = ("ours", "lerobot", "compiled")
+
+
+def our_episode(engine: PolicyEngine, observations: list[dict], steps: int) -> dict:
+    """One episode from a reset: per-step ms (up to the step's synchronisation, as the LeRobot side in
+    ``test/pi_reference/bench.py`` times its ``select_action``) and whether each step replanned."""
+    times, replans = [], []
+    t_start = time.perf_counter()
+    engine.capsules.reset()
+    for i in range(steps):
+        replan = engine.next_step_replans()          # host mirror: no device read
+        replans.append(True if replan is None else replan)
+        t0 = time.perf_counter()
+        engine.step(observations[i % len(observations)])
+        times.append((time.perf_counter() - t0) * 1e3)
+    return {"episode_ms": (time.perf_counter() - t_start) * 1e3, "times": times, "replans": replans}
 
 
 def build(directory: Path, kind: str, cameras: int, smoke: bool) -> None:
@@ -113,7 +128,7 @@ def lerobot_side(directory: Path, kind: str, dtype: str, compiled: bool, args, o
     if proc.returncode != 0:
         return {"error": proc.stderr[-3000:]}
     raw = json.loads(out.read_text())
-    return {**summarize(raw["runs"]), "peak_gib": raw["peak_bytes"] / 2**30, "first_episode_ms": raw["first_episode_ms"],
+    return {**summarize(raw["runs"], ()), "peak_gib": raw["peak_bytes"] / 2**30, "first_episode_ms": raw["first_episode_ms"],
             "actions": load_file(str(out.with_suffix(".safetensors")))["actions"]}
 
 
@@ -129,7 +144,7 @@ def our_side(directory: Path, dtype: torch.dtype, obs: list[dict], args, device:
     ours_obs = [{k: v.to(device) for k, v in o.items()} for o in obs]
     try:
         runs = [our_episode(engine, ours_obs, args.steps) for _ in range(args.warmup + args.episodes)]
-        result = summarize(runs[args.warmup:])
+        result = summarize(runs[args.warmup:], ())
         engine.capsules.reset(seed=0)
         result["actions"] = torch.stack([engine.step(ours_obs[i % len(ours_obs)]).cpu()
                                          for i in range(args.check_steps)])
