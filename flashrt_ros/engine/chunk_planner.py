@@ -59,7 +59,8 @@ AHEAD = "async.ahead"       # the pending plan's actions after its queued ones
 @dataclass(frozen=True)
 class ReplanConfig:
     """How chunks are planned: ``sync`` (in the step that empties the queue), ``async`` (beside the
-    loop, replacing or blending), ``rtc`` (async with Real-Time Chunking guidance)."""
+    loop, replacing or blending), ``rtc`` (async with Real-Time Chunking guidance), ``auto`` (resolved
+    to sync or async when the engine is built: ``replan_choice``)."""
 
     mode: str = "sync"
     delay_steps: int = 0          # > 0: the merge delay in control steps; 0: from the measured turnaround
@@ -69,6 +70,7 @@ class ReplanConfig:
     rtc_schedule: str = "linear"  # RTCConfig.prefix_attention_schedule: zeros | ones | linear | exp
     rtc_max_weight: float = 10.0  # RTCConfig.max_guidance_weight
     late: str = "hold"            # a plan not done when due: hold the last command (real time) | wait (exact)
+    chosen: str = ""              # mode auto: what it resolved to and why (``replan_choice``)
 
     def checked(self) -> "ReplanConfig":
         if self.mode not in MODES:
@@ -129,6 +131,7 @@ class ChunkPlanner:
         self.runner = StepRunner(self._body, self.private, enabled=cuda_graph, pool=pool)
         self.planned = planned_buffers(queue)
         self.turnaround_s: deque[float] = deque(maxlen=64)
+        self.spans: deque[tuple[float, float]] = deque(maxlen=4096)   # (start, end) of each plan on a CPU worker
         self.busy = False                # a plan was launched and its end not yet seen
         self.owner: Any = None           # what launched it (the engine's state version + launch position)
         self._done = threading.Event()
@@ -228,6 +231,7 @@ class ChunkPlanner:
             self._events = None
         elif self._error is None:
             self.turnaround_s.append(self._finished - self._started)
+            self.spans.append((self._started, self._finished))
         if self._error is not None:
             error, self._error = self._error, None
             raise error

@@ -53,6 +53,7 @@ import flashrt_ros
 from flashrt_ros.engine.chunk_planner import ReplanConfig, pending_specs
 from flashrt_ros.engine.policy_bodies import PolicyBodies
 from flashrt_ros.engine.policy_hooks import PolicyHooks
+from flashrt_ros.engine.replan_choice import choose_replan
 from flashrt_ros.engine.replan_schedule import AsyncSchedule, SyncSchedule
 from flashrt_ros.engine.stats import percentile
 from flashrt_ros.models.policy_interface import RNG_SEED, STATE_PREFIX, PolicyModule
@@ -86,12 +87,12 @@ class PolicyEngine:
         latency_window: int = 10_000,
         replan: ReplanConfig | None = None,
     ) -> None:
-        self.replan = (replan or ReplanConfig()).checked()
+        self.device = torch.device(device)
+        self.replan = choose_replan(policy, self.device, replan or ReplanConfig(), lockstep=False).checked()
         specs = policy.state_specs()
         bad = [s.name for s in specs if not s.name.startswith(STATE_PREFIX)]
         if bad:
             raise InvalidArgument(f"policy state buffers must be prefixed {STATE_PREFIX!r}: {bad}")
-        self.device = torch.device(device)
         self.policy = policy.to(self.device).eval()
         queue = policy.action_queue()
         if self.replan.mode != "sync":

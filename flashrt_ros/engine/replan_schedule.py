@@ -61,7 +61,7 @@ class SyncSchedule:
         return self.left.get() == 0
 
     def status(self) -> dict[str, Any]:
-        return {"mode": self.replan.mode}
+        return {"mode": self.replan.mode, **({"chosen": self.replan.chosen} if self.replan.chosen else {})}
 
     # --- what the capsule hooks call (nothing is planned beside the loop here) -----------------
     def settle(self) -> None:
@@ -159,7 +159,7 @@ class AsyncSchedule(SyncSchedule):
         """The mode, the delay, the steps a merged chunk lasts at that delay (``chunk_steps``: below the
         delay the robot holds before each merge), the plans' turnaround and what happened to them."""
         turns, delay = list(self.planner.turnaround_s), self.planner.delay_steps()
-        return {"mode": self.replan.mode, **self.counts, "delay_steps": delay, "chunk_steps": self._chunk_steps(delay),
+        return {**super().status(), **self.counts, "delay_steps": delay, "chunk_steps": self._chunk_steps(delay),
                 "turnaround_p50_ms": percentile(turns, 50) * 1e3 if turns else float("nan"),
                 "turnaround_p95_ms": percentile(turns, 95) * 1e3 if turns else float("nan")}
 

@@ -19,9 +19,16 @@ rclpy offers it. A message whose encoding cannot be converted is refused at
 receipt: counted (``rejected_messages`` on ``~/status``), logged once per topic
 and reason, and reported as ``inputs_state: error``.
 
+The control loop (``control_trigger: timer``) runs on a thread of its own
+(``robot_io.control_thread``: a deadline clock, SCHED_FIFO where permitted, no
+GC inside a tick), not on an executor timer: nothing the executor runs can
+delay a command. It publishes from that thread; a change of the inputs' state
+wakes the executor (a guard condition), which publishes ``~/status``.
+
 One tick takes the latest sample of every input together
 (``robot_io.freshness``). Stale-data stop: if any input is missing or older than
-``max_observation_age_s`` (default 1.5 control periods), the policy is NOT
+``max_observation_age_s`` (default derived per input: 2.5 control periods, or
+2.5 of the input's measured period when longer), the policy is NOT
 stepped (its state does not advance); the tick publishes ``hold_command`` (or
 nothing when it is empty) and the state is reported on ``~/status`` and
 ``/diagnostics``; the first fresh tick steps again.
@@ -41,6 +48,7 @@ No tensor math here: ``flashrt_ros.robot_io`` converts.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -55,6 +63,8 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
+from flashrt_ros.robot_io.control_thread import ControlThread
+from flashrt_ros.robot_io.control_timeline import ENV as TIMELINE_ENV, from_environment as timeline_from_environment
 from flashrt_ros.robot_io.freshness import LatestInputs
 from flashrt_ros.ros.policy_inputs import RELIABILITY, input_plan, input_qos, receipt_time
 from flashrt_ros.ros.robot_io_params import RobotIOConfig
@@ -70,11 +80,10 @@ class PolicyIO:
 
     def __init__(self, node: Any, engine: Any, config: Any, io: RobotIOConfig, group: Any,
                  on_inputs_change: Callable[[], None] = lambda: None) -> None:
-        self._node, self._io, self._on_change = node, io, on_inputs_change
+        self._node, self._io = node, io
         self.engine = engine                    # the node's PolicyEngine: features, step, planned actions
         self.action_dim = int(engine.policy.action_dim)
         self.period_s = 1.0 / config.control_rate_hz
-        max_age = io.max_observation_age_s or 1.5 * self.period_s
         self.paused = False
         self.steps = 0
         self.deadline_misses = 0
@@ -90,7 +99,10 @@ class PolicyIO:
         plan = {node.resolve_topic_name(topic): route
                 for topic, route in input_plan(io, engine.features).items()}
         self._publish = self._make_publisher()     # ... and outputs that cannot take its action
-        self.inputs = LatestInputs(list(plan), max_age, io.sync_tolerance_s)   # keyed by topic
+        self.inputs = LatestInputs(list(plan), io.max_observation_age_s, io.sync_tolerance_s,   # keyed by topic
+                                   control_period_s=self.period_s)
+        # ~/status on a change of the inputs' state is published by the executor, never by the control thread
+        self._status_changed = node.create_guard_condition(on_inputs_change, callback_group=group)
 
         # Receipt is never queued behind a step: the inputs have a group of their own.
         self._input_group = MutuallyExclusiveCallbackGroup()
@@ -107,7 +119,21 @@ class PolicyIO:
                 String, "~/instruction", self._on_instruction,
                 QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL), callback_group=group))
-        self._timer = node.create_timer(self.period_s, self._on_timer, callback_group=group)
+        self.timeline = timeline_from_environment()
+        if self.timeline is not None:
+            self.timeline.install()
+        # timer: the control loop on its own thread (robot_io.control_thread); inputs: the timer only
+        # watches freshness, the inputs step
+        self._control: ControlThread | None = None
+        self._timer: Any = None
+        if io.control_trigger == "timer":
+            self._control = ControlThread(self.period_s, self._control_tick, priority=io.control_thread_priority,
+                                          on_error=self._on_tick_error)
+            self._control.start()
+            node.get_logger().info(f"control loop: its own thread at {1.0 / self.period_s:g} Hz, "
+                                   f"priority {self._control.priority_report}")
+        else:
+            self._timer = node.create_timer(self.period_s, self._on_timer, callback_group=group)
 
     # --- inputs -----------------------------------------------------------------
     def _receiver(self, topic: str, problem: Callable[[Any], str | None]) -> Callable[..., None]:
@@ -150,15 +176,27 @@ class PolicyIO:
             throttle_duration_sec=1.0)
 
     # --- the control tick ----------------------------------------------------------
+    def _control_tick(self, due: float) -> None:
+        """One tick of the control thread (``control_trigger: timer``)."""
+        tl = self.timeline
+        if tl is not None:
+            tl.mark(0, due)
+            tl.mark(1)
+        self._tick()
+        if tl is not None:
+            tl.end_tick()
+
+    def _on_tick_error(self, exc: BaseException) -> None:
+        self._node.get_logger().error(f"control tick failed: {type(exc).__name__}: {exc}",
+                                      throttle_duration_sec=5.0)
+
     def _on_timer(self) -> None:
-        if self._io.control_trigger == "timer":
-            self._tick()
-        else:                          # lock-step: inputs trigger steps, the timer watches freshness
-            with self._lock:
-                take = self.inputs.take(time.monotonic(), consume=False, require_new=True)
-                if not take.ok and self.goal is not None and not self.paused:
-                    self.goal.waiting(take.reason)
-                self._report_stale(take, hold=False)
+        """Lock-step (``control_trigger: inputs``): inputs trigger steps, the timer watches freshness."""
+        with self._lock:
+            take = self.inputs.take(time.monotonic(), consume=False, require_new=True)
+            if not take.ok and self.goal is not None and not self.paused:
+                self.goal.waiting(take.reason)
+            self._report_stale(take, hold=False)
 
     def _may_step(self) -> bool:
         if self.paused:
@@ -173,6 +211,9 @@ class PolicyIO:
             may_step = self._may_step()
             take = self.inputs.take(time.monotonic(), consume=may_step,
                                     require_new=self._io.control_trigger == "inputs")
+            tl = self.timeline
+            if tl is not None:
+                tl.mark(2)
             if not take.ok:
                 if may_step and self.goal is not None:
                     self.goal.waiting(take.reason)
@@ -183,8 +224,14 @@ class PolicyIO:
             try:
                 observation = {feature: convert(take.values[topic])
                                for topic, (feature, convert) in self._convert.items()}
+                if tl is not None:
+                    tl.mark(3)
                 action = self.engine.step(observation)
+                if tl is not None:
+                    tl.mark(4)
                 self._publish(action)
+                if tl is not None:
+                    tl.mark(5)
             except Exception as exc:  # noqa: BLE001 - bad input must not stop the loop
                 self._set_inputs("error", f"policy step failed: {exc}")   # logged once per reason
                 if self.goal is not None:
@@ -220,7 +267,7 @@ class PolicyIO:
                 log.error(f"policy inputs error: {detail}")
             else:
                 log.warning(f"policy inputs {state}: {detail}")
-            self._on_change()
+            self._status_changed.trigger()
 
     # --- outputs -------------------------------------------------------------------
     def _make_publisher(self) -> Callable[[Any], None]:
@@ -309,15 +356,33 @@ class PolicyIO:
         return self._io.run_mode == "continuous" and not self.paused
 
     def status(self) -> dict[str, Any]:
-        return {"paused": self.paused, "inputs_state": self.inputs_state, "inputs_detail": self.inputs_detail,
-                "policy_steps": self.steps, "deadline_misses": self.deadline_misses,
-                "rejected_messages": self.rejected_messages}
+        limits = self.inputs.limits()
+        out = {"paused": self.paused, "inputs_state": self.inputs_state, "inputs_detail": self.inputs_detail,
+               "policy_steps": self.steps, "deadline_misses": self.deadline_misses,
+               "rejected_messages": self.rejected_messages,
+               "max_observation_age_s": round(max(limits.values()), 4),
+               "input_age_limits_s": {topic: round(v, 4) for topic, v in limits.items()},
+               "input_periods_s": {topic: round(v, 4) for topic, v in self.inputs.periods().items()}}
+        if self._control is not None:
+            out.update(control_priority=self._control.priority_report, control_overruns=self._control.overruns,
+                       control_gc_max_ms=round(self._control.gc_max_ms, 2))
+        return out
 
     def destroy(self) -> None:
+        if self._control is not None and not self._control.stop():
+            self._node.get_logger().error("the control thread did not stop within 5 s")
         with self._lock:
             if self.goal is not None:
                 self.goal.finish("deactivated")
-        self._node.destroy_timer(self._timer)
+        if self._timer is not None:
+            self._node.destroy_timer(self._timer)
+        self._node.destroy_guard_condition(self._status_changed)
+        if self.timeline is not None:
+            self.timeline.uninstall()
+            planner = getattr(getattr(self.engine, "schedule", None), "planner", None)
+            for start, end in getattr(planner, "spans", ()):
+                self.timeline.plan(start, end)
+            self.timeline.dump(os.environ[TIMELINE_ENV])
         for sub in self._subs:
             self._node.destroy_subscription(sub)
         self._node.destroy_publisher(self._pub)

@@ -47,12 +47,16 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              choices=("best_effort", "reliable")),
     ParamDef("output_qos_depth", 10, "History depth of the command publisher.", True,
              int_range=(1, 1000)),
-    ParamDef("max_observation_age_s", 0.0, "An input older than this stops the policy (0 = 1.5 "
-             "control periods).", True, float_range=(0.0, 3600.0)),
+    ParamDef("max_observation_age_s", 0.0, "An input older than this stops the policy (0 = derived per "
+             "input: 2.5 control periods, or 2.5 of the input's measured period when longer; /diagnostics "
+             "reports it).", True, float_range=(0.0, 3600.0)),
     ParamDef("sync_tolerance_s", 0.0, "Largest spread of the stamps of one tick's inputs (header "
              "stamp, else receipt time; 0 = no check).", True, float_range=(0.0, 3600.0)),
     ParamDef("hold_command", [], "Command published on every stale tick (empty = publish "
              "nothing).", True, array_of=float),
+    ParamDef("control_thread_priority", 50, "control_trigger timer: the control loop's own thread runs "
+             "SCHED_FIFO at this priority where the OS permits it, else at the lowest nice value it permits "
+             "(0 = the default priority); /diagnostics reports what was possible.", True, int_range=(0, 99)),
     ParamDef("control_trigger", "timer", "timer: step at control_rate_hz on the latest inputs; "
              "inputs: step once per new set of inputs (lock-step with a simulator).", True,
              choices=("timer", "inputs")),
@@ -100,6 +104,7 @@ class RobotIOConfig:
     max_observation_age_s: float = _DEFAULTS["max_observation_age_s"]
     sync_tolerance_s: float = _DEFAULTS["sync_tolerance_s"]
     hold_command: tuple[float, ...] = _DEFAULTS["hold_command"]
+    control_thread_priority: int = _DEFAULTS["control_thread_priority"]
     control_trigger: str = _DEFAULTS["control_trigger"]
     output_type: str = _DEFAULTS["output_type"]
     output_topic: str = _DEFAULTS["output_topic"]
