@@ -197,7 +197,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     published: list[float] = []
     stop = threading.Event()
 
+    driver: list[str] = []
+
     def sensors() -> None:            # a driver: all inputs once per period, on a steady schedule
+        if args.driver_priority:       # as a real-time driver would run: its lateness is not the node's
+            from flashrt_ros.robot_io.control_thread import raise_other_threads, raise_priority
+            driver.append(f"{raise_priority(args.driver_priority)}; {raise_other_threads()}")
         period, k = 1.0 / args.rate, 0
         start = time.monotonic()
         while not stop.is_set():
@@ -306,6 +311,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "replan": args.replan, "replan_counts": replan_counts(diagnostics[-1]) if diagnostics else {},
         "control": {k: node_values[k] for k in ("control_priority", "control_overruns", "control_gc_max_ms",
                                                  "input_periods_s") if k in node_values},
+        "driver_priority": driver[0] if driver else "default",
         "torch_threads": args.torch_threads or "default", "load_avg_before": load_before, "load_avg_after": load_after, "cpus": os.cpu_count(),
         "node_log": str(log_path), "stalls": stalls,
     }
@@ -345,7 +351,7 @@ def markdown(r: dict[str, Any]) -> str:
          or "-"),
         ("machine", f"{r['cpus']} CPUs, load average {r['load_avg_before'][0]:.1f} before, "
                     f"{r['load_avg_after'][0]:.1f} after (1 min); node torch threads "
-                    f"{r['torch_threads']}"),
+                    f"{r['torch_threads']}; this process's sensor thread {r.get('driver_priority', 'default')}"),
     ]
     return "\n".join(["| quantity | value |", "| --- | --- |"] + [f"| {a} | {b} |" for a, b in rows])
 
@@ -376,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replan", choices=("default", "auto", "sync", "async", "rtc"), default="default",
                    help="the node's replan parameter (default: not set, the node's default: auto)")
     p.add_argument("--smoke", action="store_true", help="a tiny built ACT (checks the script runs)")
+    p.add_argument("--driver-priority", type=int, default=0,
+                   help="run this process's sensor publisher at SCHED_FIFO N (and its other threads at nice -10), "
+                        "as a real-time driver: its own lateness then stops the node less (0: default priority)")
     p.add_argument("--timeline", action="store_true",
                    help="record the node's per-tick timeline and GC pauses and attribute every gap over 1.5 periods "
                         "(benchmarks.stall_analysis), with an OS wake-up probe beside it")
