@@ -36,8 +36,9 @@ pack() (
   # pack site-packages (without numpy and pip) and the shared libraries and ament index
   local site; site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   rm -f "$OUT"/part-*
-  tar -C "$venv" --exclude='numpy*' --exclude='pip' --exclude='pip-*' --exclude='*/__pycache__' \
-    -czf - "lib/${site#"$venv/lib/"}" lib/*.so* share 2>/dev/null | split -b 60m - "$OUT/part-"
+  (cd "$venv" && tar --exclude='numpy' --exclude='numpy-*' --exclude='numpy.libs' --exclude='pip' --exclude='pip-*' \
+    --exclude='setuptools' --exclude='__pycache__' -czf - "lib/${site#"$venv/lib/"}" lib/*.so* lib/foonathan_memory share) \
+    | split -b 60m - "$OUT/part-"
   say "packed: $(du -ch "$OUT"/part-* | tail -1 | cut -f1) in $(ls "$OUT"/part-* | wc -l) part(s): carry .ros312/part-aa, ..."
 )
 
@@ -48,7 +49,11 @@ use() {
   fi
   local site; site="$(ls -d "$prefix"/lib/python3*/site-packages | head -1)"
   export PYTHONPATH="$ROOT:$site${PYTHONPATH:+:$PYTHONPATH}"
-  export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # what the wheels' bootstrapper (a .pth file: not read from PYTHONPATH) would set: the prefix's libraries
+  # and every wheel's bundled ones
+  local libs; libs="$(ls -d "$site"/ros_*.libs | tr '\n' ':')"
+  export LD_LIBRARY_PATH="$prefix/lib:$libs${LD_LIBRARY_PATH:-}"
+  export _ROS_WHEELS_BOOTSTRAP_COMPLETE=1
   export AMENT_PREFIX_PATH="$prefix"
   export RMW_IMPLEMENTATION=rmw_fastrtps_cpp
   python3 -c "import rclpy; from flashrt_ros.msg import EngineStatus" && say "rclpy and the interfaces import"

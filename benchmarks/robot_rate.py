@@ -21,9 +21,10 @@ Measured over a window after warm-up:
     python -m benchmarks.robot_rate --policy smolvla --device cuda --dtype bfloat16 --rate 50   # GPU
     python -m benchmarks.robot_rate --policy diffusion --device cuda --rate 30 --timeline       # + stall causes
 
-``--policy act`` (default) is the 2-camera ACT below; ``diffusion`` and ``smolvla`` are
-``benchmarks.policies`` / ``benchmarks.smolvla``'s checkpoints at ``--size`` (full: PushT
-Diffusion; SmolVLA at its published size with 3 cameras 256x256, its instruction set),
+``--policy act2cam`` (default) is the 2-camera ACT below; ``act``, ``diffusion`` and ``smolvla``
+are ``benchmarks.policies`` / ``benchmarks.smolvla``'s checkpoints at ``--size`` (full: the
+ALOHA ACT, PushT Diffusion, SmolVLA at its published size with 3 cameras 256x256 and its
+instruction),
 whose cameras are published at the policy's own image size unless ``--camera-size``
 says otherwise. ``--timeline`` attributes every gap over 1.5 periods to its cause
 (``benchmarks.stall_analysis``).
@@ -75,7 +76,7 @@ def checkpoint_inputs(directory: Path) -> tuple[int, list[str]]:
 
 def build_checkpoint(args: argparse.Namespace, directory: Path) -> tuple[str, str | None]:
     """Build ``args.policy``'s checkpoint in ``directory``; returns its description and instruction (VLAs)."""
-    if args.policy == "act":
+    if args.policy == "act2cam":
         build_act(directory, tuple(args.policy_hw), args.dim_model, smoke=args.smoke)
         return (f"built: ACT{' (smoke shapes)' if args.smoke else ''}, 2 cameras, policy images "
                 f"{args.policy_hw[0]}x{args.policy_hw[1]}, dim_model {32 if args.smoke else args.dim_model}"), None
@@ -149,13 +150,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="robot_rate_"))
     checkpoint = Path(args.checkpoint) if args.checkpoint else work / args.policy
     described, instruction = str(args.checkpoint), args.instruction
-    if not args.checkpoint:
+    if not checkpoint.exists():          # built, here or into the given directory (to reuse it)
         print(f"building a {args.policy} checkpoint in {checkpoint} ...", file=sys.stderr)
         described, built_instruction = build_checkpoint(args, checkpoint)
         instruction = instruction or built_instruction
     state_size, cameras = checkpoint_inputs(checkpoint)
     if args.camera_size is None:
-        args.camera_size = (320, 240) if args.policy == "act" else camera_size(checkpoint, cameras[0])
+        args.camera_size = (320, 240) if args.policy == "act2cam" else camera_size(checkpoint, cameras[0])
     joints = [f"joint{i}" for i in range(state_size)]
     ns = f"/robot_rate_{os.getpid()}"
     log_path = work / "node.log"
@@ -358,11 +359,13 @@ def markdown(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", help="LeRobot checkpoint directory (default: build --policy)")
-    p.add_argument("--policy", choices=("act", "diffusion", "smolvla"), default="act",
-                   help="the policy to build (act: the 2-camera ACT; diffusion, smolvla: at --size)")
+    p.add_argument("--checkpoint", help="LeRobot checkpoint directory (default: build --policy in a temporary "
+                                        "directory; a directory that does not exist yet: build it there, to reuse)")
+    p.add_argument("--policy", choices=("act2cam", "act", "diffusion", "smolvla"), default="act2cam",
+                   help="the policy to build (act2cam: the 2-camera ACT of the CPU runs; act, diffusion, smolvla: "
+                        "benchmarks.policies / benchmarks.smolvla's at --size)")
     p.add_argument("--size", choices=("full", "cpu", "smoke"), default="full",
-                   help="diffusion / smolvla size (full: PushT Diffusion, SmolVLA's published size)")
+                   help="act / diffusion / smolvla size (full: ALOHA ACT, PushT Diffusion, SmolVLA's published size)")
     p.add_argument("--device", default="cpu", help="the node's device (cpu, cuda)")
     p.add_argument("--dtype", default="auto", help="the node's dtype (auto, float32, bfloat16)")
     p.add_argument("--instruction", help="policy_instruction of a VLA (default: the built SmolVLA's task)")
