@@ -164,7 +164,7 @@ def test_cancel_stops_at_a_boundary_and_state_stays_restorable(client):
 
 
 def test_a_second_goal_is_refused_with_busy_naming_the_running_one(client):
-    from flashrt_ros.goal_lease import goal_key
+    from flashrt_ros.client.lease import goal_key
     started = threading.Event()
     handle = client._wait(client.generate_async("go", feedback=lambda fb: started.set(),
                                                 max_new_tokens=200, reset=True), 10)

@@ -1,7 +1,7 @@
 """py_trees behaviours for a flashrt node: every capsule verb, RunPolicy, Generate, a pause guard.
 
 The capsule verbs' classes (``Snapshot``, ``Restore``, ...) are made from their declarations in
-``ros/service_verbs.py`` by ``verb_behaviour``: one generic ``ServiceBehaviour``, each verb a table
+``interface/services.py`` by ``verb_behaviour``: one generic ``ServiceBehaviour``, each verb a table
 entry there (its node ID, fields and defaults, as the BehaviorTree.CPP node has them).
 
 The rules (never block a tick, check ``success``, a lost reply ends in TIMEOUT
@@ -31,7 +31,7 @@ from py_trees.common import Status
 
 from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest, StepBudget,
                                      check_status, run_policy_fields, status_watch)
-from flashrt_ros.ros.service_verbs import VERBS, ServiceVerb
+from flashrt_ros.interface.services import VERBS, ServiceVerb
 
 _STATUS = {Progress.RUNNING: Status.RUNNING, Progress.SUCCESS: Status.SUCCESS, Progress.FAILURE: Status.FAILURE}
 
@@ -74,7 +74,7 @@ class ServiceBehaviour(py_trees.behaviour.Behaviour):
 
 
 def verb_behaviour(verb: ServiceVerb) -> type[ServiceBehaviour]:
-    """A capsule verb's behaviour class, from its declaration (``ros/service_verbs.py``).
+    """A capsule verb's behaviour class, from its declaration (``interface/services.py``).
 
     Named like its BehaviorTree.CPP node; its constructor is ``(name, client, <positional
     fields>, *, <other fields>=<default>, timeout_s=DEFAULT_TIMEOUT_S)``, each field under its
@@ -110,7 +110,7 @@ def verb_behaviour(verb: ServiceVerb) -> type[ServiceBehaviour]:
 
 
 #: One class per capsule verb that has a tree node: Snapshot, Restore, Fork, Drop, Rollback, Reset,
-#: SwitchSession, PausePolicy, ResumePolicy (and whatever ``service_verbs.VERBS`` adds).
+#: SwitchSession, PausePolicy, ResumePolicy (and whatever ``interface.services.VERBS`` adds).
 VERB_BEHAVIOURS: dict[str, type[ServiceBehaviour]] = {
     verb.tree.id: verb_behaviour(verb) for verb in VERBS if verb.tree is not None}
 globals().update(VERB_BEHAVIOURS)

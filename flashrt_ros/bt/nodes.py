@@ -4,7 +4,7 @@ Each ``NodeDef`` names a node as a BT.CPP XML tree writes it (``<Snapshot
 capsule="pre"/>``), its ports with the services' defaults, and how its port
 values become a request of ``flashrt_ros.bt.requests`` and how the answer fills
 its output ports. The capsule verbs' nodes are made from their declarations
-(``ros/service_verbs.py``, ``verb_node``: one generic service node, each verb a
+(``interface/services.py``, ``verb_node``: one generic service node, each verb a
 table entry there); the actions, conditions and topic nodes are written here.
 ``tree_nodes_model_xml()`` writes the ``<TreeNodesModel>`` Groot2 loads;
 ``python -m flashrt_ros.bt.nodes`` prints it (the installed ``trees/flashrt_nodes.xml``
@@ -30,7 +30,7 @@ from xml.sax.saxutils import escape, quoteattr
 from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, ServiceRequest, check_status, run_policy_fields,
                                      status_watch)
 from flashrt_ros.bt.topics import OPERATORS, compare, field_value
-from flashrt_ros.ros.service_verbs import VERBS, ServiceVerb
+from flashrt_ros.interface.services import VERBS, ServiceVerb
 
 _TYPE_NAMES = {str: "std::string", int: "int", float: "double", bool: "bool"}
 
@@ -112,7 +112,7 @@ _ROLLBACK = Port("rollback_on_cancel", bool, False,
 
 
 def verb_node(verb: ServiceVerb) -> NodeDef:
-    """A capsule verb's node, from its declaration (``ros/service_verbs.py``): its request fields as
+    """A capsule verb's node, from its declaration (``interface/services.py``): its request fields as
     input ports (under their port names), then ``node`` and ``timeout_s``, then its outputs."""
     tree = verb.tree
     assert tree is not None, f"{verb.name} declares no behaviour-tree node"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from flashrt_ros.runtime.errors import ErrorCode
+from flashrt_ros.interface.errors import ErrorCode
 
 #: what rclpy and the client raise for a field of the wrong type or range (a tree's bad port value)
 BAD_FIELD = (ValueError, TypeError, AssertionError)

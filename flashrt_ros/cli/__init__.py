@@ -6,7 +6,7 @@ node (``--node``, its fully qualified name, default /flashrt), plus ``serve``
 namespace) and ``demo`` (the scripted session of the README).
 
 Here: the parser, ``main`` and the dispatch. The commands live by concept:
-``capsule_commands`` (one per capsule verb, made from ``ros/service_verbs.py``),
+``capsule_commands`` (one per capsule verb, made from ``interface/services.py``),
 ``goal_commands`` (generate, run-policy, goals, cancel), ``query_commands``
 (status, param); ``exit_status`` has every command's exit status.
 """
@@ -24,7 +24,7 @@ from flashrt_ros.cli.exit_status import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPT
                                          EXIT_UNREACHABLE, EXIT_USAGE, code_name, interrupted_exit)
 from flashrt_ros.cli.goal_commands import cancel_command, generate_command, goals_command, run_policy_command
 from flashrt_ros.cli.query_commands import param_command, status_command
-from flashrt_ros.ros.service_verbs import VERBS
+from flashrt_ros.interface.services import VERBS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from flashrt_ros.bt.run import run_tree
             return run_tree(args.tree, **bt_run_options(args))
         if args.command == "demo":
-            from flashrt_ros.demo import run_demo
+            from flashrt_ros.cli.demo import run_demo
             return run_demo(model=args.model, tokens=args.tokens)
         return _call(args)
     except KeyboardInterrupt as interrupt:
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def lease_of(args: argparse.Namespace) -> float:
-    from flashrt_ros.goal_lease import DEFAULT_LEASE_S
+    from flashrt_ros.client.lease import DEFAULT_LEASE_S
     return DEFAULT_LEASE_S if args.lease is None else float(args.lease)
 
 

@@ -1,4 +1,4 @@
-"""The capsule commands: one per verb of ``ros/service_verbs.py``, made from its declaration.
+"""The capsule commands: one per verb of ``interface/services.py``, made from its declaration.
 
 Positional fields become arguments, the others options (a bool one a switch);
 each command prints the node's message and the time the engine took, or (``list``)
@@ -11,7 +11,7 @@ import sys
 from typing import Any, Sequence
 
 from flashrt_ros.cli.exit_status import EXIT_OK, EXIT_USAGE
-from flashrt_ros.ros.service_verbs import VERBS, ServiceVerb
+from flashrt_ros.interface.services import VERBS, ServiceVerb
 
 #: capsule verbs by their sub-command (``close-session``)
 BY_COMMAND = {verb.command: verb for verb in VERBS}

@@ -102,7 +102,7 @@ def run_policy_command(args: argparse.Namespace, client: Any) -> int:
 
 
 def cancel_command(args: argparse.Namespace, client: Any) -> int:
-    from flashrt_ros.goal_admin import cancel_goals
+    from flashrt_ros.client.goal_admin import cancel_goals
     cancelled = cancel_goals(client, "" if args.all else args.goal_id, timeout_s=args.timeout)
     if not cancelled:
         print(f"no goal was running on {args.node}")
@@ -114,7 +114,7 @@ def cancel_command(args: argparse.Namespace, client: Any) -> int:
 
 
 def goals_command(args: argparse.Namespace, client: Any) -> int:
-    from flashrt_ros.goal_admin import running_goal
+    from flashrt_ros.client.goal_admin import running_goal
     goal = running_goal(client, timeout_s=args.timeout)
     if goal is None:
         print(f"no goal is running on {args.node}")

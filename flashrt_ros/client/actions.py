@@ -14,7 +14,7 @@ from rclpy.task import Future
 from flashrt_ros.action import Generate, RunPolicy
 from flashrt_ros.client.core import TIMEOUT_CODE, ServiceCallError
 from flashrt_ros.client.goals import GoalCalls
-from flashrt_ros.ros.action_client import RaceFreeActionClient
+from flashrt_ros.client.action_client import RaceFreeActionClient
 
 
 @dataclass

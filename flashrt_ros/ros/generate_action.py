@@ -21,9 +21,9 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 
 from flashrt_ros.action import Generate
 from flashrt_ros.engine.sampling import SamplingParams
+from flashrt_ros.interface.qos import FEEDBACK_QOS
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.goals import GoalBook, RunningGoal, goal_id_hex
-from flashrt_ros.ros.service_qos import FEEDBACK_QOS
 from flashrt_ros.runtime.errors import Busy, ErrorCode, FlashRTError, InvalidArgument, LeaseExpired, NotActive
 
 
@@ -38,7 +38,7 @@ class GenerateActionServer:
         self._generation_lock = threading.Lock()     # one Generate goal at a time
         self._server = ActionServer(
             node, Generate, "~/generate", execute_callback=self._execute, goal_callback=self._on_goal,
-            cancel_callback=lambda _g: CancelResponse.ACCEPT, feedback_pub_qos_profile=FEEDBACK_QOS,
+            cancel_callback=lambda _g: CancelResponse.ACCEPT, feedback_pub_qos_profile=FEEDBACK_QOS.profile(),
             callback_group=group)
 
     def _on_goal(self, goal: Any) -> GoalResponse:

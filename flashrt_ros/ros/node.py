@@ -13,8 +13,8 @@ Transitions (ros2/demos lifecycle_py style):
 
 The node is its lifecycle and its process; what it serves lives beside it:
 - services (always advertised; NOT_ACTIVE unless active), under ~/ (default
-  /flashrt/...): one per verb of ``service_verbs.py``, each declared there once
-  with the handler that calls the engine's capsule surface (``engine.capsules``,
+  /flashrt/...): one per verb of ``interface/services.py``, each declared there once,
+  its handler in ``verb_handlers.py`` calling the engine's capsule surface (``engine.capsules``,
   runtime/capsule_verbs.py), all served by ``state_services.StateServices``.
   Those that touch the live state run at a committed boundary; one that waits
   longer than ``boundary_timeout_s`` for a boundary answers TIMEOUT and changes
@@ -55,9 +55,9 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
+from flashrt_ros.interface.qos import HEARTBEAT_QOS, HEARTBEAT_TOPIC, STATUS_QOS, STATUS_TOPIC
 from flashrt_ros.msg import EngineStatus, GoalHeartbeat
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary
@@ -100,12 +100,9 @@ class FlashRTNode(LifecycleNode):
                                                      lambda: self._policy_io, lambda: self._engine,
                                                      self._goals, lambda: self._shutting_down)
         # Heartbeats in a group of their own: never queued behind a step, a service or a goal.
-        self.create_subscription(GoalHeartbeat, "~/goal_heartbeat", lambda m: self._goals.renew(m.goal_ids),
-                                 QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
-                                 callback_group=MutuallyExclusiveCallbackGroup())
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                             reliability=ReliabilityPolicy.RELIABLE)
-        self._status_pub = self.create_publisher(EngineStatus, "~/status", latched)
+        self.create_subscription(GoalHeartbeat, f"~/{HEARTBEAT_TOPIC}", lambda m: self._goals.renew(m.goal_ids),
+                                 HEARTBEAT_QOS.profile(), callback_group=MutuallyExclusiveCallbackGroup())
+        self._status_pub = self.create_publisher(EngineStatus, f"~/{STATUS_TOPIC}", STATUS_QOS.profile())
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._status_timer = self.create_timer(self._config.status_period_s, self._publish_status,
                                                callback_group=self._timer_group)

@@ -28,10 +28,10 @@ from typing import Any, Callable
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 
 from flashrt_ros.action import RunPolicy
+from flashrt_ros.interface.qos import FEEDBACK_QOS
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.goal_capsule import GoalCapsule
 from flashrt_ros.ros.goals import GoalBook, RunningGoal, goal_id_hex
-from flashrt_ros.ros.service_qos import FEEDBACK_QOS
 from flashrt_ros.runtime.errors import (Busy, FlashRTError, InvalidArgument, LeaseExpired, NotActive,
                                         StaleInputs)
 from flashrt_ros.runtime.errors import ErrorCode
@@ -126,7 +126,7 @@ class PolicyActionServer:
         self._server = ActionServer(node, RunPolicy, "~/run_policy", execute_callback=self._execute,
                                     goal_callback=self._on_goal,
                                     cancel_callback=lambda _g: CancelResponse.ACCEPT,
-                                    feedback_pub_qos_profile=FEEDBACK_QOS, callback_group=group)
+                                    feedback_pub_qos_profile=FEEDBACK_QOS.profile(), callback_group=group)
 
     def _on_goal(self, goal: Any) -> GoalResponse:
         if self._policy_io() is None:

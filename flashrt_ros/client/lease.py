@@ -2,7 +2,7 @@
 
 Why: a goal must not outlive its client. A ``flashrt bt run`` killed with SIGKILL, or
 stuck, cannot cancel its goal; the node then ends the goal itself once the lease
-is no longer renewed (``flashrt_ros.ros.goals``). Every ``lease_s / 4`` a timer on
+is no longer renewed (the node's ``flashrt_ros.ros.goals``). Every ``lease_s / 4`` a timer on
 the client's node publishes one ``GoalHeartbeat`` naming all of this client's
 running goals, so renewal needs nothing but an executor spinning that node — the
 same thing that delivers the goals' results. A process that stops spinning (dead,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from flashrt_ros.interface.qos import HEARTBEAT_QOS, HEARTBEAT_TOPIC
 
 #: The lease the CLI, ``flashrt bt run`` and ``FlashRTClient`` ask for by default (seconds):
 #: after its client dies, a goal ends within this plus one control period.
@@ -32,7 +32,7 @@ class LeaseRenewer:
     def __init__(self, node: Any, namespace: str, lease_s: float) -> None:
         if lease_s < 0:
             raise ValueError(f"lease_s must be >= 0 (0: no lease), got {lease_s}")
-        self.node, self.topic, self.lease_s = node, f"{namespace}/goal_heartbeat", float(lease_s)
+        self.node, self.topic, self.lease_s = node, f"{namespace}/{HEARTBEAT_TOPIC}", float(lease_s)
         self._goals: set[str] = set()
         self._lock = threading.Lock()
         self._publisher: Any = None
@@ -46,8 +46,7 @@ class LeaseRenewer:
             self._goals.add(goal_key(goal_id))
             if self._publisher is None:           # created on first use: clients that send no goal publish nothing
                 from flashrt_ros.msg import GoalHeartbeat
-                self._publisher = self.node.create_publisher(
-                    GoalHeartbeat, self.topic, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+                self._publisher = self.node.create_publisher(GoalHeartbeat, self.topic, HEARTBEAT_QOS.profile())
                 self._timer = self.node.create_timer(self.lease_s / 4.0, self.beat)
 
     def release(self, goal_id: Any) -> None:

@@ -17,7 +17,8 @@ from action_msgs.msg import GoalInfo
 from action_msgs.srv import CancelGoal
 from unique_identifier_msgs.msg import UUID
 
-from flashrt_ros.client import TIMEOUT_CODE, ServiceCallError
+from flashrt_ros.client.core import TIMEOUT_CODE, ServiceCallError
+from flashrt_ros.interface.errors import ErrorCode
 
 ACTIONS = ("run_policy", "generate")
 #: The action a node's goals run on, by its engine.
@@ -52,7 +53,8 @@ def cancel_goals(client: Any, goal_id: str = "", timeout_s: float = 10.0) -> lis
     if goal_id:
         if running is None or not running.goal_id.startswith(goal_id.lower()):
             now = f"the running goal is {running.goal_id}" if running else "no goal is running"
-            raise ServiceCallError(f"no running goal on {client.namespace} matches {goal_id!r} ({now})", 1)
+            raise ServiceCallError(f"no running goal on {client.namespace} matches {goal_id!r} ({now})",
+                                   ErrorCode.NOT_FOUND)
         targets = [(running.action, bytes.fromhex(running.goal_id))]
     else:
         targets = [(action, bytes(16)) for action in ACTIONS]       # zero id and stamp: every goal
