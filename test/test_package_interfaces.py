@@ -113,10 +113,12 @@ def test_library_runtime_models_and_engine_never_import_ros():
 
 
 def test_docs_parameters_table_is_current():
-    from flashrt_ros.ros.parameters import markdown_table
-    assert markdown_table() in (REPO / "docs" / "parameters.md").read_text()
+    from flashrt_ros.interface.docs import parameters_table
+    from flashrt_ros.interface.node_params import PARAMS
+    assert parameters_table(PARAMS) in (REPO / "docs" / "parameters.md").read_text()
 
 
 def test_docs_robot_io_parameters_table_is_current():
-    from flashrt_ros.ros.robot_io_params import markdown_table
-    assert markdown_table() in (REPO / "docs" / "robot_io.md").read_text()
+    from flashrt_ros.interface.docs import parameters_table
+    from flashrt_ros.interface.robot_io_params import ROBOT_IO_PARAMS
+    assert parameters_table(ROBOT_IO_PARAMS) in (REPO / "docs" / "robot_io.md").read_text()

@@ -14,9 +14,9 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
+from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.models.policy_features import FeatureSpec
 from flashrt_ros.msg import EngineStatus
-from flashrt_ros.ros.robot_io_params import RobotIOConfig
 from policy_io_harness import GENEROUS_AGE_S, Feeder, RosHarness, wait_until
 
 OBS = lambda i: Float32MultiArray(data=[0.01 * (i % 13), -0.2, 0.0, 0.05, 0.5, -0.5])  # noqa: E731

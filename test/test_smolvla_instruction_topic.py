@@ -10,7 +10,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray, String
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.ros.robot_io_params import RobotIOConfig
+from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from policy_io_harness import Feeder, RosHarness, wait_until
 from test_smolvla_capsules import tiny_policy
 

@@ -60,6 +60,19 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
 }
 
 
+#: The docs/services.md table says more than the interface files' one line for these.
+DOCS: dict[ErrorCode, str] = {
+    **DESCRIPTIONS,
+    ErrorCode.CANCELLED: "the node stopped the work: a goal ended by `deactivate` or by the node's shutdown "
+                         "(SIGINT/SIGTERM) is aborted with it (a goal the client cancels reports "
+                         "`stop_reason: cancelled` instead)",
+    ErrorCode.LEASE_EXPIRED: "the goal's client stopped renewing its lease (it died or hangs): the node ended "
+                             "the goal and published `hold_command`",
+    ErrorCode.STALE_INPUTS: "a RunPolicy goal waited longer than its `stale_timeout_s` for fresh inputs; the "
+                            "message names what it waited for",
+}
+
+
 def constant_name(code: ErrorCode) -> str:
     """The code's constant in the interface files (``OK`` is ``NONE`` there)."""
     return "NONE" if code is ErrorCode.OK else code.name

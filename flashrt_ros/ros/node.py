@@ -57,15 +57,16 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 
+from flashrt_ros.interface.node_params import PARAMS, NodeConfig
+from flashrt_ros.interface.parameters import first_problem
 from flashrt_ros.interface.qos import HEARTBEAT_QOS, HEARTBEAT_TOPIC, STATUS_QOS, STATUS_TOPIC
+from flashrt_ros.interface.robot_io_params import ROBOT_IO_PARAMS, RobotIOConfig
 from flashrt_ros.msg import EngineStatus, GoalHeartbeat
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary
 from flashrt_ros.ros.generate_action import GenerateActionServer
 from flashrt_ros.ros.goals import GoalBook
-from flashrt_ros.ros.parameters import (PARAMS, NodeConfig, declare_parameters, first_problem,
-                                       refuse_invalid_sets)
-from flashrt_ros.ros.robot_io_params import ROBOT_IO_PARAMS, read_robot_io_config
+from flashrt_ros.ros.parameters import declare_parameters, read_config, refuse_invalid_sets
 from flashrt_ros.ros.spinning import spin_until_shutdown
 from flashrt_ros.ros.state_services import StateServices
 from flashrt_ros.runtime.errors import NotActive
@@ -111,8 +112,8 @@ class FlashRTNode(LifecycleNode):
 
     # --- parameters -----------------------------------------------------
     def _read_config(self) -> NodeConfig:
-        values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
-        return NodeConfig(**values)
+        """The parameters' values as they are (``on_configure`` checks them and fails with the reason)."""
+        return read_config(self, NodeConfig, check=False)
 
     # --- lifecycle ------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -143,7 +144,7 @@ class FlashRTNode(LifecycleNode):
         if self._config.engine_kind == "policy":
             from flashrt_ros.ros.policy_io import PolicyIO
             try:
-                self._policy_io = PolicyIO(self, self._engine, self._config, read_robot_io_config(self),
+                self._policy_io = PolicyIO(self, self._engine, self._config, read_config(self, RobotIOConfig),
                                            self._timer_group, on_inputs_change=self._publish_status)
             except Exception as exc:  # noqa: BLE001 - bad I/O parameters: stay inactive, say why
                 self.get_logger().error(f"activate failed: robot I/O: {exc}")
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     autostart_failed = threading.Event()
-    if node.get_parameter("autostart").value:
+    if node._config.autostart:
         def autostart() -> None:
             if not _autostart(node):
                 autostart_failed.set()

@@ -13,9 +13,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from flashrt_ros.interface.node_params import NodeConfig
 from flashrt_ros.interface.qos import SERVICE_QOS
 from flashrt_ros.interface.services import TIERS, VERBS, ServiceVerb
 from flashrt_ros.ros import conversions as conv
+from flashrt_ros.ros.parameters import read_config
 from flashrt_ros.ros.verb_handlers import HANDLERS, VerbContext
 from flashrt_ros.runtime.errors import InvalidArgument
 
@@ -70,7 +72,7 @@ class StateServices:
         return callback
 
     def _tier(self, tier: str) -> str:
-        tier = tier or str(self._node.get_parameter("default_tier").value)     # applied live
+        tier = tier or read_config(self._node, NodeConfig, check=False).default_tier     # applied live
         if tier not in TIERS:
             raise InvalidArgument(f"tier must be device, host or disk (got {tier!r})")
         return tier
