@@ -75,6 +75,52 @@ def test_a_field_below_its_minimum_is_refused_by_the_declaration():
     assert BY_NAME["pause"].refusal(BY_NAME["pause"].srv.Request(), "llm") == "pause applies to engine_kind=policy"
 
 
-def test_docs_cli_commands_table_is_current():
-    from flashrt_ros.cli import verb_commands_markdown
-    assert verb_commands_markdown() in (REPO / "docs" / "cli.md").read_text()
+# --- the actions ---------------------------------------------------------------------------------
+from flashrt_ros.interface.actions import ACTIONS  # noqa: E402
+
+
+@pytest.mark.parametrize("decl", ACTIONS, ids=lambda a: a.name)
+def test_declared_goal_fields_are_the_goal_fields_of_the_action(decl):
+    in_action = decl.action.Goal.get_fields_and_field_types()
+    assert [f.name for f in decl.goal] == list(in_action), f"{decl.name}: declaration and .action differ"
+    for f in decl.goal:
+        assert in_action[f.name] in _ROSIDL[f.kind], f"{decl.name}.{f.name}: {f.kind.__name__} vs {in_action[f.name]}"
+    results = decl.action.Result.get_fields_and_field_types()
+    for o in decl.outputs:
+        assert results[o.name] in _ROSIDL[o.kind], f"{decl.name} result {o.name}"
+
+
+def test_every_action_file_is_one_declared_action():
+    assert {a.action.__name__ for a in ACTIONS} == {p.stem for p in (REPO / "action").glob("*.action")}
+
+
+@pytest.mark.parametrize("decl", ACTIONS, ids=lambda a: a.name)
+def test_the_client_sends_the_declared_defaults_and_refuses_an_unknown_field(decl):
+    goal = decl.goal_message()
+    assert {f.name: getattr(goal, f.name) for f in decl.goal} == {f.name: f.default for f in decl.goal}
+    with pytest.raises(ValueError, match=f"{decl.name}: unknown goal field 'speed'"):
+        decl.goal_message(speed=2)
+
+
+@pytest.mark.parametrize("decl", ACTIONS, ids=lambda a: a.name)
+def test_the_cli_and_the_tree_node_offer_the_goal_fields_as_declared(decl):
+    from flashrt_ros.bt.nodes import BY_ID
+    from flashrt_ros.cli import _parser
+    from flashrt_ros.cli.goal_commands import goal_fields
+    argv = [decl.command] + ["x" for f in decl.cli_fields if f.positional]
+    given = goal_fields(decl, _parser().parse_args(argv))
+    assert given == {f.name: ("x" if f.positional else (not f.default if f.cli_inverted else f.default))
+                     for f in decl.cli_fields}
+    node = BY_ID[decl.tree_id]
+    assert node.verb == decl.name and node.doc == decl.tree_doc
+    ports = {p.name: p.default for p in node.inputs}
+    assert {f.name: f.default for f in decl.tree_fields}.items() <= ports.items()
+    assert [p.name for p in node.ports if p.output] == [o.name for o in decl.outputs]
+
+
+def test_the_generate_command_turns_raw_into_no_chat_template():
+    from flashrt_ros.cli import _parser
+    from flashrt_ros.cli.goal_commands import goal_fields
+    from flashrt_ros.interface.actions import GENERATE
+    assert goal_fields(GENERATE, _parser().parse_args(["generate", "hi"]))["use_chat_template"] is True
+    assert goal_fields(GENERATE, _parser().parse_args(["generate", "hi", "--raw"]))["use_chat_template"] is False

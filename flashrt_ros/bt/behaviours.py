@@ -31,6 +31,7 @@ from py_trees.common import Status
 
 from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest, StepBudget,
                                      check_status, run_policy_fields, status_watch)
+from flashrt_ros.interface.actions import RUN_POLICY
 from flashrt_ros.interface.services import VERBS, ServiceVerb
 
 _STATUS = {Progress.RUNNING: Status.RUNNING, Progress.SUCCESS: Status.SUCCESS, Progress.FAILURE: Status.FAILURE}
@@ -164,6 +165,9 @@ class GoalBehaviour(py_trees.behaviour.Behaviour):
 class RunPolicy(GoalBehaviour):
     """Run the hosted policy for ``max_steps`` steps and/or ``max_duration_s`` seconds (a RunPolicy goal).
 
+    ``goal_fields``: the goal fields a tree gives (``interface.actions.RUN_POLICY``: ``max_steps``,
+    ``max_duration_s``, ``session``, ``rollback_on_cancel``; each defaults to its declaration's).
+
     SUCCESS when the goal ends by its limits; FAILURE when it is rejected or
     aborted (error code and message from the node) or after ``timeout_s`` (0:
     none). Interrupted, it cancels the goal: the node stops between two policy
@@ -177,18 +181,20 @@ class RunPolicy(GoalBehaviour):
 
     action = "run_policy"
 
-    def __init__(self, name: str, client: Any, *, max_steps: int = 0, max_duration_s: float = 0.0,
-                 session: str = "", rollback_on_cancel: bool = False, timeout_s: float = 0.0,
-                 answer_timeout_s: float = DEFAULT_TIMEOUT_S, resume_after_halt: bool = False) -> None:
+    def __init__(self, name: str, client: Any, *, timeout_s: float = 0.0, answer_timeout_s: float = DEFAULT_TIMEOUT_S,
+                 resume_after_halt: bool = False, **goal_fields: Any) -> None:
         super().__init__(name, client, timeout_s=timeout_s, answer_timeout_s=answer_timeout_s)
-        self.fields = dict(max_steps=int(max_steps), max_duration_s=float(max_duration_s), session=session,
-                           rollback_on_cancel=bool(rollback_on_cancel))
+        declared = {f.name: f.default for f in RUN_POLICY.tree_fields}
+        unknown = sorted(set(goal_fields) - set(declared))
+        if unknown:
+            raise TypeError(f"RunPolicy: unknown goal field(s) {unknown} (known: {', '.join(declared)})")
+        self.fields = {**declared, **goal_fields}
         self.budget = StepBudget() if resume_after_halt else None
         self.steps = 0
         self.last_action: list[float] = []
 
     def goal_fields(self) -> Any:
-        return run_policy_fields(budget=self.budget, **self.fields)
+        return run_policy_fields(self.fields, self.budget)
 
     def update(self) -> Status:
         status = super().update()
