@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashrt_ros.models.lerobot.gemma import GemmaLayer, GemmaSizes
 from flashrt_ros.ops.fused_rows import gelu_gate, qkv_rope, residual_norm
@@ -83,9 +84,15 @@ def single_key_head_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Ten
     of one SDPA; ``mask``: additive, ``(1, 1, 1 or L * H, S)`` in ``q``'s dtype. Returns ``(L, H * D)``."""
     L, H, D = q.shape
     S = keys.shape[0]
-    out = F.scaled_dot_product_attention(q.view(1, 1, L * H, D), keys.view(1, 1, S, D), values.view(1, 1, S, D),
-                                         attn_mask=mask)
+    with sdpa_kernel(_MASKED_BACKENDS if q.is_cuda else _ANY_BACKEND):
+        out = F.scaled_dot_product_attention(q.view(1, 1, L * H, D), keys.view(1, 1, S, D),
+                                             values.view(1, 1, S, D), attn_mask=mask)
     return out.view(L, H * D)
+
+
+#: a masked attention on CUDA: the memory-efficient kernel (masks, head dim 256, capturable), else the math one
+_MASKED_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+_ANY_BACKEND = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
