@@ -23,7 +23,7 @@ The node is its lifecycle and its process; what it serves lives beside it:
   any exception, so the node keeps running;
 - the actions: ``~/generate`` (``generate_action.GenerateActionServer``, llm
   engine) and ``~/run_policy`` (``policy_action.PolicyActionServer``, policy
-  engine); the policy's topics (``policy_io.PolicyIO``, built on activate);
+  engine); the policy's topics (``policy_io.PolicyTopics``, built on activate);
 - ``~/status`` and ``/diagnostics`` (``diagnostics.py``), published here.
 
 Executors and threads: a MultiThreadedExecutor with separate callback groups
@@ -142,10 +142,10 @@ class FlashRTNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start serving. SUCCESS: services answer and the policy loop runs."""
         if self._config.engine_kind == "policy":
-            from flashrt_ros.ros.policy_io import PolicyIO
+            from flashrt_ros.ros.policy_io import PolicyTopics
             try:
-                self._policy_io = PolicyIO(self, self._engine, self._config, read_config(self, RobotIOConfig),
-                                           self._timer_group, on_inputs_change=self._publish_status)
+                self._policy_io = PolicyTopics(self, self._engine, self._config, read_config(self, RobotIOConfig),
+                                               self._timer_group, on_inputs_change=self._publish_status)
             except Exception as exc:  # noqa: BLE001 - bad I/O parameters: stay inactive, say why
                 self.get_logger().error(f"activate failed: robot I/O: {exc}")
                 return TransitionCallbackReturn.FAILURE

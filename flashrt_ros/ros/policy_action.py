@@ -2,9 +2,9 @@
 
 Why an action: a behaviour tree needs "drive with the policy until done, and
 stop when I halt you" as one node. The goal runs on the control loop of
-``PolicyIO`` (so inputs, the stale-data stop and outputs are the same as in
+``PolicyTopics`` (so inputs, the stale-data stop and outputs are the same as in
 continuous mode); with ``run_mode=goal`` the loop steps *only* while a goal
-runs. Ending a goal takes ``PolicyIO``'s tick lock, so a goal stops between two
+runs. Ending a goal takes ``PolicyTopics``'s tick lock, so a goal stops between two
 committed policy steps, never inside one, and ``max_steps`` is exact.
 Feedback: exactly one ``step`` message per step, in order (``steps`` counts 1,
 2, ...), the last one published before the result, so a goal that reports

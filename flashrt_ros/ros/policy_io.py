@@ -65,7 +65,7 @@ from flashrt_ros.runtime.errors import InvalidArgument
 _MESSAGE_INFO = hasattr(Subscription, "CallbackType")
 
 
-class PolicyIO:
+class PolicyTopics:
     """Owns the input subscriptions, the command publisher and the control tick."""
 
     def __init__(self, node: Any, engine: Any, config: Any, io: RobotIOConfig, group: Any,
