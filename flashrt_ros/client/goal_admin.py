@@ -19,6 +19,7 @@ from unique_identifier_msgs.msg import UUID
 
 from flashrt_ros.client.core import TIMEOUT_CODE, ServiceCallError
 from flashrt_ros.interface.errors import ErrorCode
+from flashrt_ros.interface.goals import goal_id_hex
 
 ACTIONS = ("run_policy", "generate")
 #: The action a node's goals run on, by its engine.
@@ -61,7 +62,7 @@ def cancel_goals(client: Any, goal_id: str = "", timeout_s: float = 10.0) -> lis
     cancelling: list[RunningGoal] = []
     for action, raw_id in targets:
         for info in _call_cancel(client, action, raw_id, timeout_s).goals_canceling:
-            key = bytes(bytearray(info.goal_id.uuid)).hex()
+            key = goal_id_hex(info.goal_id)
             known = running is not None and running.goal_id == key
             cancelling.append(RunningGoal(action, key, running.owner if known else "",
                                           running.state if known else ""))

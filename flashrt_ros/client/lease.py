@@ -13,17 +13,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from flashrt_ros.interface.goals import goal_id_hex
 from flashrt_ros.interface.qos import HEARTBEAT_QOS, HEARTBEAT_TOPIC
 
 #: The lease the CLI, ``flashrt bt run`` and ``FlashRTClient`` ask for by default (seconds):
 #: after its client dies, a goal ends within this plus one control period.
 DEFAULT_LEASE_S = 2.0
-
-
-def goal_key(goal_id: Any) -> str:
-    """A goal id (``unique_identifier_msgs/UUID``, or its ``uuid`` bytes) as 32 hex digits."""
-    raw = getattr(goal_id, "uuid", goal_id)
-    return bytes(bytearray(raw)).hex()
 
 
 class LeaseRenewer:
@@ -43,7 +38,7 @@ class LeaseRenewer:
         if self.lease_s <= 0:
             return
         with self._lock:
-            self._goals.add(goal_key(goal_id))
+            self._goals.add(goal_id_hex(goal_id))
             if self._publisher is None:           # created on first use: clients that send no goal publish nothing
                 from flashrt_ros.msg import GoalHeartbeat
                 self._publisher = self.node.create_publisher(GoalHeartbeat, self.topic, HEARTBEAT_QOS.profile())
@@ -52,7 +47,7 @@ class LeaseRenewer:
     def release(self, goal_id: Any) -> None:
         """Stop renewing ``goal_id`` (its result is in, or it was rejected)."""
         with self._lock:
-            self._goals.discard(goal_key(goal_id))
+            self._goals.discard(goal_id_hex(goal_id))
 
     @property
     def held(self) -> list[str]:

@@ -1,7 +1,8 @@
 """The node's contract, declared once: what a client, a tree or another process may rely on.
 
 Every capsule service verb (``services``), both actions' fields (``actions``), the error codes
-(``errors``), the QoS and topic names both sides must agree on (``qos``), every parameter of the
+(``errors``), the QoS and topic names both sides must agree on (``qos``), how a goal is named
+(``goals``), every parameter of the
 node, its robot I/O and the simulator node (``parameters`` and its tables ``node_params``,
 ``robot_io_params``, ``sim_params``), and the behaviour-tree node manifest (``tree_nodes``).
 The node's handlers live in ``flashrt_ros.ros``; the client, the CLI and the trees are made from

@@ -21,11 +21,12 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 
 from flashrt_ros.action import Generate
 from flashrt_ros.engine.sampling import SamplingParams
+from flashrt_ros.interface.goals import goal_id_hex
 from flashrt_ros.interface.node_params import NodeConfig
 from flashrt_ros.interface.qos import FEEDBACK_QOS
 from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.ros import conversions as conv
-from flashrt_ros.ros.goals import GoalBook, RunningGoal, goal_id_hex
+from flashrt_ros.ros.goals import GoalBook, RunningGoal
 from flashrt_ros.ros.parameters import read_config
 from flashrt_ros.runtime.errors import Busy, ErrorCode, FlashRTError, InvalidArgument, LeaseExpired, NotActive
 
