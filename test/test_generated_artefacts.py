@@ -25,8 +25,7 @@ def test_the_committed_artefact_is_the_generated_one(artefact):
 def test_every_interface_file_with_an_error_code_carries_the_constants():
     carriers = {str(p.relative_to(REPO)) for folder in ("srv", "action") for p in (REPO / folder).iterdir()
                 if "uint16 error_code" in p.read_text()}
-    assert carriers <= {a.path for a in ARTEFACTS if a.constants}
-    assert len(carriers) == 15        # 13 services and 2 actions
+    assert carriers and carriers <= {a.path for a in ARTEFACTS if a.constants}
 
 
 def test_generate_rewrites_a_stale_artefact_and_leaves_the_rest(tmp_path):
