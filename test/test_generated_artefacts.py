@@ -16,6 +16,12 @@ REPO = Path(__file__).resolve().parents[1]
 ARTEFACTS = generate.artefacts(REPO)
 
 
+def copy_artefact_folders(into: Path) -> None:
+    """A checkout's folders that hold artefacts, copied (the generator writes there, not here)."""
+    for folder in ("docs", "msg", "srv", "action", "flashrt_ros/bt/trees"):
+        shutil.copytree(REPO / folder, into / folder)
+
+
 @pytest.mark.parametrize("artefact", ARTEFACTS, ids=lambda a: f"{a.path}:{a.block}")
 def test_the_committed_artefact_is_the_generated_one(artefact):
     text = (REPO / artefact.path).read_text()
@@ -29,8 +35,7 @@ def test_every_interface_file_with_an_error_code_carries_the_constants():
 
 
 def test_generate_rewrites_a_stale_artefact_and_leaves_the_rest(tmp_path):
-    for folder in ("docs", "msg", "srv", "action", "flashrt_ros/bt/trees"):
-        shutil.copytree(REPO / folder, tmp_path / folder)
+    copy_artefact_folders(tmp_path)
     stale_doc = tmp_path / "docs" / "cli.md"
     stale_doc.write_text(stale_doc.read_text().replace("| `flashrt pin NAME` |", "| `flashrt pin OLD` |"))
     (tmp_path / "srv" / "Pin.srv").write_text((tmp_path / "srv" / "Pin.srv").read_text().replace(
@@ -43,8 +48,7 @@ def test_generate_rewrites_a_stale_artefact_and_leaves_the_rest(tmp_path):
 
 
 def test_generate_check_exits_1_naming_the_stale_ones_and_writes_nothing(tmp_path):
-    for folder in ("docs", "msg", "srv", "action", "flashrt_ros/bt/trees"):
-        shutil.copytree(REPO / folder, tmp_path / folder)
+    copy_artefact_folders(tmp_path)
     model = tmp_path / "flashrt_ros" / "bt" / "trees" / "flashrt_nodes.xml"
     model.write_text(model.read_text().replace('ID="Snapshot"', 'ID="Snapshop"'))
     run = subprocess.run([sys.executable, "-m", "flashrt_ros.interface.generate", "--check", "--repo", str(tmp_path)],
@@ -55,8 +59,7 @@ def test_generate_check_exits_1_naming_the_stale_ones_and_writes_nothing(tmp_pat
 
 
 def test_a_missing_block_is_refused_with_its_name(tmp_path):
-    for folder in ("docs", "msg", "srv", "action", "flashrt_ros/bt/trees"):
-        shutil.copytree(REPO / folder, tmp_path / folder)
+    copy_artefact_folders(tmp_path)
     doc = tmp_path / "docs" / "services.md"
     doc.write_text(doc.read_text().replace("<!-- /generated:error-codes -->", ""))
     with pytest.raises(ValueError, match="docs/services.md: needs one <!-- generated:error-codes -->"):
