@@ -175,8 +175,8 @@ def test_the_control_loop_publishes_while_no_executor_runs_the_node(tmp_path):
     from rclpy.executors import SingleThreadedExecutor
     from std_msgs.msg import Float32MultiArray
 
-    from flashrt_ros.ros.policy_io import PolicyIO
-    from flashrt_ros.ros.robot_io_params import RobotIOConfig
+    from flashrt_ros.interface.robot_io_params import RobotIOConfig
+    from flashrt_ros.ros.policy_io import PolicyTopics
 
     class Engine:
         features = {"observation.state": SimpleNamespace(shape=(2,), kind="state")}
@@ -197,7 +197,7 @@ def test_the_control_loop_publishes_while_no_executor_runs_the_node(tmp_path):
         spinner = threading.Thread(target=lambda: executor.spin(), daemon=True)
         spinner.start()
         io = RobotIOConfig(input_state_topic="/unspun/state", output_topic="/unspun/action")
-        policy_io = PolicyIO(unspun, Engine(), SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+        policy_io = PolicyTopics(unspun, Engine(), SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
                                                                qos_deadline_factor=0.0),
                              io, MutuallyExclusiveCallbackGroup())
         try:
