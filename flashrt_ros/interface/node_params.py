@@ -55,7 +55,7 @@ PARAMS: tuple[ParamDef, ...] = (
              "committed boundary before answering TIMEOUT.", True, float_range=(0.01, 600.0)),
     CONTROL_RATE_HZ,
     ParamDef("replan", "auto", "How a chunking policy plans its next chunk: auto (async when a replan, timed "
-             "on configure, takes over half a control period and the policy can plan beside the loop; else "
+             "on configure, takes over a quarter of a control period and the policy can plan beside the loop; else "
              "sync; always sync with control_trigger inputs), sync (in the step that empties the queue: that "
              "step waits for the network), async (beside the control loop, merged replan_delay_steps later; "
              "the control step only pops), rtc (async with Real-Time Chunking guidance toward the leftover of "
