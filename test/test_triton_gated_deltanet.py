@@ -296,6 +296,30 @@ def test_real_shape_gated_rms_norm_rows_matches_reference_in_bf16():
 
 
 @cuda_only
+@pytest.mark.parametrize("t", [2, 5])
+def test_real_shape_verify_steps_match_decode_steps_in_bf16_and_replay_in_a_graph(t):
+    from flashrt_ros.ops.triton.gated_deltanet import gated_delta_decode_step, gated_delta_verify_steps
+
+    inputs = _verify_inputs(t, 16, 32, 128, 128, torch.bfloat16, seed=110)
+    states = torch.zeros((t, *inputs["state"].shape), device=DEV)
+    out = gated_delta_verify_steps(**{**inputs, "states_out": states})
+    running = inputs["state"].clone()
+    for i in range(t):
+        row = {**inputs, "qkv": inputs["qkv"][i], "z": inputs["z"][i], "b": inputs["b"][i], "a": inputs["a"][i],
+               "state": running}
+        assert _rel(out[i], gated_delta_decode_step(**row)) <= BF16_TOL, i
+        assert _rel(states[i], running) <= 1e-5, i
+    replayed = torch.zeros_like(states)
+    graph = torch.cuda.CUDAGraph()
+    gated_delta_verify_steps(**{**inputs, "states_out": replayed})       # compile before capture
+    with torch.cuda.graph(graph):
+        captured = gated_delta_verify_steps(**{**inputs, "states_out": replayed})
+    replayed.zero_()
+    graph.replay()
+    assert torch.equal(captured, out) and torch.equal(replayed, states)
+
+
+@cuda_only
 def test_conv_and_decode_step_replay_in_a_cuda_graph_like_eager():
     from flashrt_ros.ops.triton.gated_deltanet import causal_conv1d_update, gated_delta_decode_step
 
