@@ -57,7 +57,7 @@ def test_prefill_graph_of_a_chunk_that_fills_the_context_captures_and_matches_ea
         assert engine.prefill(ids) == 60
         runs.append([engine.decode_step(greedy=True) for _ in range(4)])
     assert runs[0] == runs[1]
-    assert sorted(engine.runner.prefill_runners) == [4, 8, 16, 32]
+    assert sorted(engine.runner.prefill_runners) == [(4, False), (8, False), (16, False), (32, False)]
 
 
 def test_warm_up_captures_every_graph_and_changes_no_state():
@@ -66,7 +66,8 @@ def test_warm_up_captures_every_graph_and_changes_no_state():
     engine.capsules.snapshot("before")
     engine.warm_up()
     runners = [*engine.runner.decode_runners.values(), *engine.runner.prefill_runners.values()]
-    assert sorted(engine.runner.prefill_runners) == [1, 2, 4, 8, 16]  # every length of a 16-token chunking
+    # every length of a 16-token chunking (one graph per length: ``first`` matters only with speculation)
+    assert sorted(engine.runner.prefill_runners) == [(n, False) for n in (1, 2, 4, 8, 16)]
     assert all(r.graph is not None for r in runners)
     assert engine.capsules.verify("before", against_live=True).ok
     assert engine.warm_up() == 0                                # nothing left to capture
