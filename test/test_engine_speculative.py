@@ -292,6 +292,27 @@ def test_rollback_of_speculative_steps_replays_them(loaded):
     assert again.token_ids == first.token_ids and live_bytes(engine) == after
 
 
+def test_a_speculative_step_whose_report_fails_is_undone_whole(loaded):
+    """The client callback raises after two of a step's four tokens: the step is rolled back entirely
+    (drafts and MTP state included), and the generation continues as if it had never run."""
+    prompt = "Undo a step half reported."
+    plain = make_engine(loaded)
+    full = plain.generate(prompt, max_new_tokens=20, stop_ids=[]).token_ids
+    engine = make_engine(loaded, 3, oracle_for(loaded, plain.transcript()))
+    head = engine.generate(prompt, max_new_tokens=5, stop_ids=[]).token_ids
+    before = live_bytes(engine)
+    reported = []
+
+    def on_token(token, piece, length):
+        reported.append(token)
+        if len(reported) == 2:
+            raise RuntimeError("client went away")
+    with pytest.raises(RuntimeError, match="went away"):
+        engine.generate([], max_new_tokens=15, stop_ids=[], on_token=on_token)
+    assert live_bytes(engine) == before and engine.status()["speculation"]["steps"] == 1
+    assert head + engine.generate([], max_new_tokens=15, stop_ids=[]).token_ids == full
+
+
 def test_sampled_speculation_restores_to_the_same_draws(loaded):
     sampling = SamplingParams(temperature=0.9, top_k=20, seed=7)
     engine = make_engine(loaded, 3)

@@ -181,6 +181,7 @@ class ModelRunner:
             runner()
         tokens = self._run_step("speculative", body, spec.read_output, report,
                                 lambda emitted: (position + len(emitted), 1))
+        spec.count(tokens)
         return tokens
 
     def run_step(self, kind: str, body: Callable[[], None], *, emits: bool,

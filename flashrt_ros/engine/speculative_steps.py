@@ -102,13 +102,15 @@ class SpeculativeDecoding:
         return True
 
     def read_output(self) -> list[int]:
-        """The tokens the last verification step emitted (one device read); counts them."""
+        """The tokens the last verification step emitted (one device read)."""
         values = self.out.tolist()
-        emitted = values[:values[-1] + 1]
+        return values[:values[-1] + 1]
+
+    def count(self, emitted: list[int]) -> None:
+        """Add a committed verification step to the counters."""
         self.steps += 1
         self.drafted += self.tokens
         self.accepted += len(emitted) - 1
-        return emitted
 
     # ------------------------------------------------------------------ bodies (capturable)
     def observe_prefill(self, hidden: torch.Tensor, ids: torch.Tensor, start: torch.Tensor, first: bool) -> None:
