@@ -17,7 +17,7 @@ from flashrt_ros.engine.drafters import MTPDrafter, OracleDrafter
 from flashrt_ros.engine.speculative_steps import DRAFTS
 from flashrt_ros.models.hybrid.mtp import MTP_HIDDEN, MTP_KV
 from flashrt_ros.models.registry import load_model
-from flashrt_ros.runtime.arena import POSITION, StateArena, core_meta_specs
+from flashrt_ros.runtime.arena import StateArena, core_meta_specs
 from flashrt_ros.runtime.errors import InvalidArgument
 
 MAX_CONTEXT = 160

@@ -24,6 +24,7 @@ from transformers.models.qwen3_next.modeling_qwen3_next import (
 )
 
 from flashrt_ros.models.hybrid import HybridCausalLM, load_hybrid_checkpoint
+from test_hybrid_parity import _hf_config as parity_config
 from flashrt_ros.runtime.arena import StateArena, core_meta_specs
 from flashrt_ros.runtime.errors import InvalidArgument
 
@@ -33,14 +34,8 @@ REL_TOL = 1e-4          # float32 differences measure ~1e-6; a wrongly loaded no
 
 
 def _hf_config(**overrides) -> Qwen3NextConfig:
-    kwargs = dict(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
-        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-        linear_conv_kernel_dim=4, num_experts=0, max_position_embeddings=512, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
-    kwargs.update(overrides)
-    config = Qwen3NextConfig(**kwargs)
+    """The parity tests' tiny config, with eager attention (the reference passes an explicit causal mask)."""
+    config = parity_config(**overrides)
     config._attn_implementation = "eager"
     return config
 

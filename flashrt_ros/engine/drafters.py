@@ -20,7 +20,6 @@ from typing import Callable, Sequence
 
 import torch
 
-from flashrt_ros.models.hybrid.mtp import MTP_HIDDEN
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
 
@@ -86,6 +85,7 @@ class MTPDrafter(Drafter):
             raise InvalidArgument("the MTP drafter needs a model loaded with its multi-token-prediction head "
                                   "(a Qwen3-Next checkpoint with mtp.* weights, or random-hybrid-tiny)")
         self.model = model
+        self._hidden = model.mtp.hidden_buffer
         self._device = model.embed_tokens.weight.device
         self._aranges: dict[int, torch.Tensor] = {}      # filled on a step's eager warm-up, before capture
 
@@ -99,19 +99,19 @@ class MTPDrafter(Drafter):
             if ids.shape[0] > 1:
                 self.model.mtp_hidden(hidden[:-1], ids[1:], self._positions(start, ids.shape[0] - 1), arena)
         else:               # the row left over at start-1, then rows start .. start+t-2
-            rows = torch.cat((arena[MTP_HIDDEN].unsqueeze(0), hidden[:-1]))
+            rows = torch.cat((arena[self._hidden].unsqueeze(0), hidden[:-1]))
             self.model.mtp_hidden(rows, ids, self._positions(start - 1, ids.shape[0]), arena)
-        arena[MTP_HIDDEN].copy_(hidden[-1])
+        arena[self._hidden].copy_(hidden[-1])
 
     def propose(self, arena: StateArena, step: DraftStep, tokens: int, choose: Choose,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = arena[MTP_HIDDEN].unsqueeze(0)
+        rows = arena[self._hidden].unsqueeze(0)
         if step.hidden is not None:
             rows = torch.cat((rows, step.hidden))
         out = self.model.mtp_hidden(rows, step.following, self._positions(step.start, rows.shape[0]), arena)
         pick = step.kept + 1 if step.kept is not None else torch.zeros_like(step.start)
         if step.hidden is not None:
-            arena[MTP_HIDDEN].copy_(step.hidden.index_select(0, step.kept.view(1)).squeeze(0))
+            arena[self._hidden].copy_(step.hidden.index_select(0, step.kept.view(1)).squeeze(0))
         h = out.index_select(0, pick.view(1))                            # predicts the token after the pending one
         position = step.start + pick                                      # that row's position
         drafts, probs = [], []

@@ -27,8 +27,8 @@ import torch
 
 from flashrt_ros.engine.graphs import StepRunner, prefill_lengths
 from flashrt_ros.engine.host_mirror import HostMirror
-from flashrt_ros.engine.speculative_steps import SpeculativeDecoding
 from flashrt_ros.engine.sampling import greedy_token, sample_token
+from flashrt_ros.engine.speculative_steps import SpeculativeDecoding
 from flashrt_ros.engine.state import (HAS_PENDING, LAST_TOKEN, LOGITS, PENDING, RNG_COUNTER, RNG_SEED,
                                       TEMPERATURE, TOKENS, TOP_K, TOP_P)
 from flashrt_ros.engine.stats import LatencyStats

@@ -34,6 +34,9 @@ MTP_GROUP = "mtp"
 class MultiTokenPredictor(nn.Module):
     """The ``mtp.*`` module: pre-fc norms, ``fc``, one full-attention block, final norm (head shared)."""
 
+    hidden_buffer = MTP_HIDDEN        # its arena buffers, by name (drafters read them from here)
+    kv_buffer = MTP_KV
+
     def __init__(self, cfg: HybridConfig) -> None:
         super().__init__()
         self.config = cfg
