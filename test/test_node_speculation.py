@@ -65,7 +65,8 @@ def test_a_model_without_an_mtp_head_refuses_speculation_at_configure(tmp_path, 
 
 
 def test_out_of_range_speculative_tokens_are_refused_before_anything_loads():
-    from flashrt_ros.ros.parameters import PARAMS as DEFS, check_value
+    from flashrt_ros.interface.node_params import PARAMS as DEFS
+    from flashrt_ros.interface.parameters import check_value
 
     spec = next(p for p in DEFS if p.name == "speculative_tokens")
     assert spec.read_only and spec.default == 0
