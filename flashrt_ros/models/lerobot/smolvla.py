@@ -187,7 +187,21 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         return feature_specs(self.cfg)
 
     def config(self) -> dict:
-        return {"type": "smolvla", **jsonable(asdict(self.cfg))}
+        return {"type": "smolvla", "numerics": self.numerics, **jsonable(asdict(self.cfg))}
+
+    #: ``exact``: LeRobot's arithmetic (bit-identical on CPU); ``fast``: the same plan in fused kernels
+    #: (``smolvla_fast``), chosen once by ``use_numerics`` after the weights are loaded and cast
+    numerics = "exact"
+
+    def use_numerics(self, numerics: str) -> None:
+        """Switch to ``fast`` (irreversible: its fused weights replace the unfused ones)."""
+        if numerics == self.numerics:
+            return
+        if numerics != "fast":
+            raise InvalidArgument(f"SmolVLA: numerics {numerics!r} after {self.numerics!r}: choose it once, at load")
+        from flashrt_ros.models.lerobot.smolvla_fast import FastSmolVLA
+        self.fast = FastSmolVLA(self)
+        self.numerics = "fast"
 
     @property
     def dtype(self) -> torch.dtype:
@@ -239,6 +253,8 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
 
     def prefill(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
         """Run the VLM over images + instruction + state; write each layer's KV (valid rows first)."""
+        if self.numerics == "fast":
+            return self.fast.prefill(self, observation, arena)
         embs, valid, blocks = self._prefix_embeddings(observation, arena)
         kv = self._prefix_kv(embs, valid, blocks)
         order = torch.sort((~valid).to(torch.int64), stable=True).indices     # valid rows first
@@ -252,6 +268,8 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         """``num_steps`` Euler steps of the flow from this plan's noise over the stored prefix; refill the queue.
 
         ``guide``: Real-Time Chunking (LeRobot's ``RTCProcessor`` arithmetic, ``models.rtc``)."""
+        if self.numerics == "fast":
+            return self.fast.denoise(self, arena, guide, ahead)
         c = self.cfg
         plans = arena[self.PLANS]
         x = normal(arena[self.RNG_SEED], plans, c.chunk_size * c.max_action_dim).view(c.chunk_size, c.max_action_dim)
