@@ -41,7 +41,6 @@ from torch import Tensor, nn
 from flashrt_ros.models.lerobot.llama_fast import ALIGN, FastLlamaLayer, grouped_attention, grouped_mask
 from flashrt_ros.models.lerobot.siglip_fast import FastVisionModel
 from flashrt_ros.models.lerobot.smolvla_net import pixel_shuffle, rope_tables
-from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.models.policy_interface import Guidance, queue_chunk
 from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.ops.counter_rng import normal
@@ -118,22 +117,12 @@ class FastSmolVLA(nn.Module):
 
     def _prefix_embeddings(self, policy, observation: Mapping[str, Tensor], arena: StateArena) -> Tensor:
         """LeRobot's prefix rows ``(P, width)``: every camera's image tokens, the instruction's, the state's."""
-        from flashrt_ros.models.lerobot.smolvla import resize_with_pad
-        c, m = self.cfg, policy.model
-        dtype = policy.dtype
-        images = []
-        for cam in c.cameras:
-            img = policy.norm.input(cam, observation[cam].unsqueeze(0))
-            if c.resize_imgs_with_padding is not None:
-                img = resize_with_pad(img, *c.resize_imgs_with_padding)
-            images.append(img)
-        x = self.vision((torch.cat(images) * 2.0 - 1.0).to(dtype), dtype)
-        x = pixel_shuffle(x, c.vlm.scale_factor)
+        c, dtype = self.cfg, policy.dtype
+        images = torch.cat([policy.camera_image(cam, observation) for cam in c.cameras])
+        x = pixel_shuffle(self.vision((images * 2.0 - 1.0).to(dtype), dtype), c.vlm.scale_factor)
         tokens = x.reshape(-1, x.shape[-1]) @ self.connector.t()
-        lang = m.vlm_with_expert.vlm.model.text_model.embed_tokens(arena[policy.LANG])
-        state = policy.norm.input(STATE, observation[STATE].unsqueeze(0)).to(dtype)
-        state = m.state_proj(F.pad(state, (0, c.max_state_dim - c.state_dim)))
-        return torch.cat([tokens, lang * math.sqrt(lang.shape[-1]), state])
+        lang = policy.model.vlm_with_expert.vlm.model.text_model.embed_tokens(arena[policy.LANG])
+        return torch.cat([tokens, lang * math.sqrt(lang.shape[-1]), policy.state_embedding(observation)])
 
     def denoise(self, policy, arena: StateArena, guide: Guidance | None = None, ahead: Tensor | None = None,
                 steps: int | None = None) -> None:
