@@ -124,10 +124,9 @@ class FastSmolVLA(nn.Module):
         lang = policy.model.vlm_with_expert.vlm.model.text_model.embed_tokens(arena[policy.LANG])
         return torch.cat([tokens, lang * math.sqrt(lang.shape[-1]), policy.state_embedding(observation)])
 
-    def denoise(self, policy, arena: StateArena, guide: Guidance | None = None, ahead: Tensor | None = None,
-                steps: int | None = None) -> None:
+    def denoise(self, policy, arena: StateArena, guide: Guidance | None = None, ahead: Tensor | None = None) -> None:
         """The Euler steps of the expert over the stored prefix (``SmolVLAPolicy.denoise``'s function, the noise
-        counter advanced too); ``steps`` fewer than the configured ones only for timing a step."""
+        counter advanced too)."""
         c, s = self.cfg, self.cfg.vlm
         plans = arena[policy.PLANS]
         noise = normal(arena[policy.RNG_SEED], plans, c.chunk_size * c.max_action_dim)
@@ -154,8 +153,7 @@ class FastSmolVLA(nn.Module):
 
         def velocity(x: Tensor, step: int) -> Tensor:
             return self.velocity(policy, x, step, kv, masks, cos, sin)
-        queue_chunk(integrate_flow(x, steps or c.num_steps, velocity, guide), arena[policy.QUEUE], arena[policy.LEFT],
-                    ahead)
+        queue_chunk(integrate_flow(x, c.num_steps, velocity, guide), arena[policy.QUEUE], arena[policy.LEFT], ahead)
         plans.add_(1)
 
     def velocity(self, policy, x: Tensor, step: int, kv: Tensor, masks: tuple[Tensor, Tensor], cos: Tensor,
