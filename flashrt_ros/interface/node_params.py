@@ -27,8 +27,8 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("dtype", "auto", "Weights/state dtype: 'auto' (LLM: float32 on cpu, bfloat16 on cuda; "
              "policy: float32), 'float32', 'bfloat16', 'float16' (a LeRobot policy's networks).", True,
              choices=("auto", "float32", "bfloat16", "float16")),
-    ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (π0, π0.5): 'exact' "
-             "(LeRobot's operations, bit-identical to it on CPU; for parity checks and debugging), 'fast' (the "
+    ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (SmolVLA, π0, π0.5): "
+             "'exact' (LeRobot's operations, bit-identical to it on CPU; for parity checks and debugging), 'fast' (the "
              "same plan and state in fused kernels: folded norms, fused projections, SDPA; equal to 'exact' "
              "within rounding), 'auto' (fast on CUDA, exact on CPU). Other policies ignore it.", True,
              choices=("auto", "exact", "fast")),
