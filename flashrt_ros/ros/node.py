@@ -37,7 +37,8 @@ parks the current state as a hidden capsule and restores that session's (a
 new one starts empty) before it runs; ``~/status`` and ListCapsules report it.
 
 Goals (RunPolicy, Generate) never outlive their clients: ``goals.GoalBook``
-keeps each running goal's owner and lease, renewed on ``~/goal_heartbeat``; a
+keeps each running goal's owner and lease, renewed on ``~/goal_heartbeat`` (read by
+``heartbeats.HeartbeatListener`` on a thread of its own); a
 second goal is aborted with BUSY naming the first. SIGINT and SIGTERM end every
 goal at its next boundary (clients get a result), then the node exits.
 """
@@ -58,11 +59,12 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
-from flashrt_ros.msg import EngineStatus, GoalHeartbeat
+from flashrt_ros.msg import EngineStatus
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary
 from flashrt_ros.ros.generate_action import GenerateActionServer
 from flashrt_ros.ros.goals import GoalBook
+from flashrt_ros.ros.heartbeats import HeartbeatListener
 from flashrt_ros.ros.parameters import (PARAMS, NodeConfig, declare_parameters, first_problem,
                                        refuse_invalid_sets)
 from flashrt_ros.ros.robot_io_params import ROBOT_IO_PARAMS, read_robot_io_config
@@ -99,10 +101,8 @@ class FlashRTNode(LifecycleNode):
         self._run_policy_server = PolicyActionServer(self, self._action_group,
                                                      lambda: self._policy_io, lambda: self._engine,
                                                      self._goals, lambda: self._shutting_down)
-        # Heartbeats in a group of their own: never queued behind a step, a service or a goal.
-        self.create_subscription(GoalHeartbeat, "~/goal_heartbeat", lambda m: self._goals.renew(m.goal_ids),
-                                 QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
-                                 callback_group=MutuallyExclusiveCallbackGroup())
+        # Heartbeats read on a thread of their own: never queued behind a step, a service or a goal.
+        self._heartbeats = HeartbeatListener(self, self._goals)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
         self._status_pub = self.create_publisher(EngineStatus, "~/status", latched)
@@ -203,6 +203,11 @@ class FlashRTNode(LifecycleNode):
         """SIGINT / SIGTERM: refuse new work; every running goal ends at its next boundary."""
         self._shutting_down = True
         self._active = False           # Generate stops at its next token; services answer NOT_ACTIVE
+
+    def destroy_node(self) -> None:
+        """Stop reading heartbeats (its thread and hidden node), then destroy the node."""
+        self._heartbeats.destroy()
+        super().destroy_node()
 
     def goals_running(self) -> bool:
         return self._goals.current() is not None
