@@ -2,8 +2,9 @@
 
 One thread does everything: tick the tree, then spin the client's node until the
 next tick is due, so the flashrt nodes' futures complete, topic messages arrive
-(``--bb-topic`` entries are written to the blackboard before each tick) and the
-goals' leases are renewed between ticks; no tick waits on the network.
+(``--bb-topic`` entries are written to the blackboard before each tick); no tick
+waits on the network. The goals' leases are renewed by the client's own thread
+(``goal_lease.py``), so a long tick does not lose them.
 
 Stopping. Ctrl-C, SIGTERM and ``--max-seconds`` halt the tree: running goals are
 cancelled at their next committed boundary, and bt run exits once each has
