@@ -1,9 +1,10 @@
 """Real-Time Chunking at parity with LeRobot 0.4.4's ``RTCProcessor`` (CPU, fp32).
 
 Three levels: the prefix weights for every schedule, one guided velocity on the same inputs
-(``RTCProcessor.denoise_step`` around the same velocity function), and a whole SmolVLA chunk
-planned with guidance against ``SmolVLAPolicy.predict_action_chunk`` with ``rtc_config``
-enabled, same weights, instruction, noise, leftover and delay.
+(``RTCProcessor.denoise_step`` around the same velocity function), and a SmolVLA engine run with
+``replan: rtc`` against LeRobot's own RTC bookkeeping (its ``ActionQueue``, ``get_left_over``,
+``predict_action_chunk`` with ``rtc_config`` enabled) on the same weights, instruction, observations
+and noise: the engine's choice of when to plan, leftover, delay and horizon is LeRobot's.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from lerobot_reference import case_features, lerobot, max_relative_error, observ
 from smolvla_reference import TINY, make_smolvla_checkpoint, write_vlm_directory
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.policy_factory import make_policy
-from flashrt_ros.models.policy_interface import Guidance
 from flashrt_ros.models.rtc import SCHEDULES, guided_velocity, leftover_target, prefix_weights
 from flashrt_ros.ops.counter_rng import normal
 
@@ -71,46 +71,100 @@ def vlm_dir(tmp_path_factory) -> Path:
     return write_vlm_directory(tmp_path_factory.mktemp("smolvlm2_tiny"), TINY)
 
 
-@pytest.mark.parametrize("delay, left", [(2, 6), (3, 4)])
-def test_a_guided_smolvla_chunk_equals_lerobots_predict_action_chunk_with_rtc(tmp_path, vlm_dir, delay, left):
-    case = dict(cameras=1, hw=(32, 32), state=4, env=0, action=3, norm="MEAN_STD", cfg=dict(n_action_steps=6))
-    directory, ref, config = make_smolvla_checkpoint(tmp_path / "ckpt", case, vlm_dir)
+def lerobot_rtc_run(ref, pre, obs: list[dict], chunk_size: int, delay: int, horizon: int) -> tuple[list, list]:
+    """LeRobot's own Real-Time Chunking bookkeeping over ``obs``, one control step each: its RTC
+    ``ActionQueue`` (a merged chunk replaces the queue minus the ``real_delay`` actions run meanwhile),
+    ``get_left_over()`` as the guidance target, ``predict_action_chunk`` with ``inference_delay`` and
+    ``execution_horizon``. As its real-robot example does with a fixed inference delay of ``delay``
+    steps: a plan starts from step ``k``'s observation, before step ``k``'s action runs, once the queue
+    holds ``delay`` actions or fewer after it; it is merged ``delay`` steps later. Plan ``p`` gets the
+    noise our counter-based stream draws for plan ``p``. Returns every guided chunk, and the queue's
+    actions still to run after each step (normalised, as the queue holds them)."""
+    from lerobot.policies.rtc.action_queue import ActionQueue
+    queue = ActionQueue(ref.config.rtc_config)
+
+    def predict(o: dict, plan: int, **rtc) -> torch.Tensor:
+        noise = normal(torch.tensor(0), torch.tensor(plan), chunk_size * ref.config.max_action_dim)
+        with torch.no_grad():
+            return ref.predict_action_chunk(pre({**{k: v.clone() for k, v in o.items()}, "task": TASK}),
+                                            noise=noise.view(1, chunk_size, -1), **rtc)[0]
+
+    first = predict(obs[0], 0)                                  # the first plan: nothing to guide toward
+    queue.merge(first, first, real_delay=0)
+    chunks, remaining, pending, plans = [], [], None, 1
+    for k, o in enumerate(obs):
+        if pending is not None and k == pending[0]:
+            queue.merge(pending[2], pending[2], real_delay=k - pending[1], action_index_before_inference=pending[3])
+            pending = None
+        leftover, index = queue.get_left_over(), queue.get_action_index()
+        assert queue.get() is not None, "LeRobot's queue ran dry: choose a delay the chunk covers"
+        remaining.append(queue.queue[queue.last_index:].clone())
+        if pending is None and queue.qsize() <= delay:
+            chunk = predict(o, plans, inference_delay=delay, prev_chunk_left_over=leftover.clone(),
+                            execution_horizon=horizon)
+            chunks.append(chunk)
+            pending, plans = (k + delay, k, chunk, index), plans + 1
+    return chunks, remaining
+
+
+@pytest.mark.parametrize("delay, horizon", [(2, 8), (3, 2)])
+def test_the_engines_rtc_plans_equal_lerobots_own_real_time_chunking(tmp_path, vlm_dir, delay, horizon):
+    """The engine's ``replan: rtc`` path, every choice its own (when to plan, the leftover it guides
+    toward, the delay, the horizon, where the merged chunk starts), against LeRobot's RTC bookkeeping
+    (``lerobot_rtc_run``) on the same observations and noise: every guided chunk, and the queue after
+    every step. ``n_action_steps = chunk_size``: then LeRobot's RTC queue (which keeps a whole chunk)
+    and ours (which keeps ``n_action_steps``) run the same actions. Horizon 8 is cut by LeRobot to the
+    leftover's length, horizon 2 is shorter than the leftover. Tolerance: relative ``TOLERANCE``
+    (the same operations, kernels that may sum in another order)."""
     from lerobot.configs.types import RTCAttentionSchedule
     from lerobot.policies.rtc.configuration_rtc import RTCConfig
-    ref.config.rtc_config = RTCConfig(enabled=True, execution_horizon=8, max_guidance_weight=10.0,
+    from flashrt_ros.engine.chunk_planner import COPY, ReplanConfig
+    from flashrt_ros.engine.vla import set_instruction
+    chunk_size, steps = 8, 24
+    case = dict(cameras=1, hw=(32, 32), state=4, env=0, action=3, norm="MEAN_STD",
+                cfg=dict(chunk_size=chunk_size, n_action_steps=chunk_size))
+    directory, ref, config = make_smolvla_checkpoint(tmp_path / "ckpt", case, vlm_dir)
+    ref.config.rtc_config = RTCConfig(enabled=True, execution_horizon=horizon, max_guidance_weight=10.0,
                                       prefix_attention_schedule=RTCAttentionSchedule.LINEAR)
     ref.init_rtc_processor()
-    obs = observations(case_features(case), 1, seed=7)[0]
-    gen = torch.Generator().manual_seed(11)
-    queue = torch.randn(config.n_action_steps, case["action"], generator=gen)      # normalised, as queued
+    ref.reset()
+    obs = observations(case_features(case), steps, seed=7)
     pre, _ = processors(config, directory)
-    noise = normal(torch.tensor(0), torch.tensor(0), config.chunk_size * config.max_action_dim)
-    with torch.no_grad():
-        ref.reset()
-        theirs = ref.predict_action_chunk(pre({**{k: v.clone() for k, v in obs.items()}, "task": TASK}),
-                                          noise=noise.view(1, config.chunk_size, config.max_action_dim),
-                                          inference_delay=delay, prev_chunk_left_over=queue[-left:].unsqueeze(0),
-                                          execution_horizon=8)[0]
-    engine = PolicyEngine(make_policy(f"lerobot:{directory}"), directory=str(tmp_path / "capsules"))
-    from flashrt_ros.engine.vla import set_instruction
+    theirs, their_queues = lerobot_rtc_run(ref, pre, obs, chunk_size, delay, horizon)
+
+    engine = PolicyEngine(make_policy(f"lerobot:{directory}"), directory=str(tmp_path / "capsules"),
+                          replan=ReplanConfig(mode="rtc", delay_steps=delay, late="wait", rtc_horizon=horizon,
+                                              rtc_schedule="linear", rtc_max_weight=10.0))
     set_instruction(engine, TASK)
-    policy = engine.policy
-    guide = Guidance(queue, torch.tensor(left), prefix_weights(delay, min(8, left), config.chunk_size, "linear"),
-                     max_weight=10.0)
-    with torch.no_grad():
-        policy.plan(obs, engine.arena, guide)
-        ours = engine.arena[policy.QUEUE].clone()
-        policy.plan(obs, engine.arena)          # the same plan without guidance (noise counter moved on)
-    n = config.n_action_steps
-    err = max_relative_error(ours, theirs[:n])
-    print(f"delay {delay}, {left} left: max relative error {err:.2e}")
-    assert err <= TOLERANCE
-    with torch.no_grad():
+    policy, planner = engine.policy, engine._planner
+    ours: list[torch.Tensor] = []
+    collect = planner.collect
+
+    def collect_and_record() -> None:                  # each guided chunk as the engine merges it
+        collect()
+        ours.append(engine.arena[COPY + policy.QUEUE].clone())
+    planner.collect = collect_and_record
+    our_queues = []
+    for o in obs:
+        engine.step(o)
+        left = int(engine.arena[policy.LEFT])
+        our_queues.append(engine.arena[policy.QUEUE][chunk_size - left:].clone())
+    engine.close()
+
+    assert len(ours) == len(theirs) >= 3, (len(ours), len(theirs))
+    errors = [max_relative_error(a, b) for a, b in zip(ours, theirs)]
+    print(f"delay {delay}, horizon {horizon}: {len(ours)} guided chunks, max relative error {max(errors):.2e}")
+    assert max(errors) <= TOLERANCE, errors
+    assert [q.shape[0] for q in our_queues] == [q.shape[0] for q in their_queues], "the queues' lengths"
+    assert max(max_relative_error(a, b) for a, b in zip(our_queues, their_queues)) <= TOLERANCE
+    with torch.no_grad():                              # the guidance matters: the first guided plan without it
         ref.config.rtc_config = None
         ref.init_rtc_processor()
-        unguided = ref.predict_action_chunk(pre({**{k: v.clone() for k, v in obs.items()}, "task": TASK}),
-                                            noise=noise.view(1, config.chunk_size, config.max_action_dim))[0]
-    assert (unguided[:n] - theirs[:n]).abs().max() > 1e-3, "the guidance changes the chunk"
+        launch = next(k for k, q in enumerate(their_queues) if q.shape[0] <= delay)
+        noise = normal(torch.tensor(0), torch.tensor(1), chunk_size * config.max_action_dim)
+        unguided = ref.predict_action_chunk(pre({**{k: v.clone() for k, v in obs[launch].items()}, "task": TASK}),
+                                            noise=noise.view(1, chunk_size, -1))[0]
+    assert (unguided - theirs[0]).abs().max() > 1e-3, "the guidance changes the chunk"
 
 
 @pytest.mark.parametrize("mode", ["async", "rtc"])
