@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from lerobot_reference import case_features, lerobot, max_relative_error, observations, processors
+from rtc_reference import lerobot_rtc_run
 from smolvla_reference import TINY, make_smolvla_checkpoint, write_vlm_directory
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.policy_factory import make_policy
@@ -71,47 +72,11 @@ def vlm_dir(tmp_path_factory) -> Path:
     return write_vlm_directory(tmp_path_factory.mktemp("smolvlm2_tiny"), TINY)
 
 
-def lerobot_rtc_run(ref, pre, obs: list[dict], chunk_size: int, delay: int, horizon: int) -> tuple[list, list]:
-    """LeRobot's own Real-Time Chunking bookkeeping over ``obs``, one control step each: its RTC
-    ``ActionQueue`` (a merged chunk replaces the queue minus the ``real_delay`` actions run meanwhile),
-    ``get_left_over()`` as the guidance target, ``predict_action_chunk`` with ``inference_delay`` and
-    ``execution_horizon``. As its real-robot example does with a fixed inference delay of ``delay``
-    steps: a plan starts from step ``k``'s observation, before step ``k``'s action runs, once the queue
-    holds ``delay`` actions or fewer after it; it is merged ``delay`` steps later. Plan ``p`` gets the
-    noise our counter-based stream draws for plan ``p``. Returns every guided chunk, and the queue's
-    actions still to run after each step (normalised, as the queue holds them)."""
-    from lerobot.policies.rtc.action_queue import ActionQueue
-    queue = ActionQueue(ref.config.rtc_config)
-
-    def predict(o: dict, plan: int, **rtc) -> torch.Tensor:
-        noise = normal(torch.tensor(0), torch.tensor(plan), chunk_size * ref.config.max_action_dim)
-        with torch.no_grad():
-            return ref.predict_action_chunk(pre({**{k: v.clone() for k, v in o.items()}, "task": TASK}),
-                                            noise=noise.view(1, chunk_size, -1), **rtc)[0]
-
-    first = predict(obs[0], 0)                                  # the first plan: nothing to guide toward
-    queue.merge(first, first, real_delay=0)
-    chunks, remaining, pending, plans = [], [], None, 1
-    for k, o in enumerate(obs):
-        if pending is not None and k == pending[0]:
-            queue.merge(pending[2], pending[2], real_delay=k - pending[1], action_index_before_inference=pending[3])
-            pending = None
-        leftover, index = queue.get_left_over(), queue.get_action_index()
-        assert queue.get() is not None, "LeRobot's queue ran dry: choose a delay the chunk covers"
-        remaining.append(queue.queue[queue.last_index:].clone())
-        if pending is None and queue.qsize() <= delay:
-            chunk = predict(o, plans, inference_delay=delay, prev_chunk_left_over=leftover.clone(),
-                            execution_horizon=horizon)
-            chunks.append(chunk)
-            pending, plans = (k + delay, k, chunk, index), plans + 1
-    return chunks, remaining
-
-
 @pytest.mark.parametrize("delay, horizon", [(2, 8), (3, 2)])
 def test_the_engines_rtc_plans_equal_lerobots_own_real_time_chunking(tmp_path, vlm_dir, delay, horizon):
     """The engine's ``replan: rtc`` path, every choice its own (when to plan, the leftover it guides
     toward, the delay, the horizon, where the merged chunk starts), against LeRobot's RTC bookkeeping
-    (``lerobot_rtc_run``) on the same observations and noise: every guided chunk, and the queue after
+    (``rtc_reference.lerobot_rtc_run``) on the same observations and noise: every guided chunk, and the queue after
     every step. ``n_action_steps = chunk_size``: then LeRobot's RTC queue (which keeps a whole chunk)
     and ours (which keeps ``n_action_steps``) run the same actions. Horizon 8 is cut by LeRobot to the
     leftover's length, horizon 2 is shorter than the leftover. Tolerance: relative ``TOLERANCE``
@@ -130,7 +95,13 @@ def test_the_engines_rtc_plans_equal_lerobots_own_real_time_chunking(tmp_path, v
     ref.reset()
     obs = observations(case_features(case), steps, seed=7)
     pre, _ = processors(config, directory)
-    theirs, their_queues = lerobot_rtc_run(ref, pre, obs, chunk_size, delay, horizon)
+
+    def predict(k: int, plan: int, **rtc) -> torch.Tensor:           # plan ``plan``'s noise, as ours draws it
+        noise = normal(torch.tensor(0), torch.tensor(plan), chunk_size * config.max_action_dim)
+        with torch.no_grad():
+            return ref.predict_action_chunk(pre({**{n: v.clone() for n, v in obs[k].items()}, "task": TASK}),
+                                            noise=noise.view(1, chunk_size, -1), **rtc)[0]
+    theirs, their_queues = lerobot_rtc_run(predict, steps, delay, ref.config.rtc_config)
 
     engine = PolicyEngine(make_policy(f"lerobot:{directory}"), directory=str(tmp_path / "capsules"),
                           replan=ReplanConfig(mode="rtc", delay_steps=delay, late="wait", rtc_horizon=horizon,
@@ -157,13 +128,8 @@ def test_the_engines_rtc_plans_equal_lerobots_own_real_time_chunking(tmp_path, v
     assert max(errors) <= TOLERANCE, errors
     assert [q.shape[0] for q in our_queues] == [q.shape[0] for q in their_queues], "the queues' lengths"
     assert max(max_relative_error(a, b) for a, b in zip(our_queues, their_queues)) <= TOLERANCE
-    with torch.no_grad():                              # the guidance matters: the first guided plan without it
-        ref.config.rtc_config = None
-        ref.init_rtc_processor()
-        launch = next(k for k, q in enumerate(their_queues) if q.shape[0] <= delay)
-        noise = normal(torch.tensor(0), torch.tensor(1), chunk_size * config.max_action_dim)
-        unguided = ref.predict_action_chunk(pre({**{k: v.clone() for k, v in obs[launch].items()}, "task": TASK}),
-                                            noise=noise.view(1, chunk_size, -1))[0]
+    launch = next(k for k, q in enumerate(their_queues) if q.shape[0] <= delay)
+    unguided = predict(launch, 1)                      # the first guided plan without its guidance
     assert (unguided - theirs[0]).abs().max() > 1e-3, "the guidance changes the chunk"
 
 
