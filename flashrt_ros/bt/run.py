@@ -26,8 +26,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
+from flashrt_ros.cli.exit_status import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED,  # noqa: F401
+                                         EXIT_UNREACHABLE, EXIT_USAGE)
+
 TREES_DIR = Path(__file__).with_name("trees")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 #: A tick (or halt) that takes longer than this is stuck: the watchdog ends the process.
 TICK_STALL_S = 10.0
 

@@ -20,8 +20,9 @@ import sys
 from typing import Any, Sequence
 
 from flashrt_ros.cli.capsule_commands import BY_COMMAND, add_verb_command, call_verb, verb_commands_markdown
-from flashrt_ros.cli.exit_status import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED,
-                                         EXIT_UNREACHABLE, EXIT_USAGE, code_name, interrupted_exit)
+from flashrt_ros.cli.exit_status import (EXIT_CANCELLED, EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK,
+                                         EXIT_TERMINATED, EXIT_UNREACHABLE, EXIT_USAGE, code_name,
+                                         interrupted_exit)
 from flashrt_ros.cli.goal_commands import cancel_command, generate_command, goals_command, run_policy_command
 from flashrt_ros.cli.query_commands import param_command, status_command
 from flashrt_ros.ros.service_verbs import VERBS
@@ -232,6 +233,6 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
     return command(args, client)
 
 
-__all__ = ["EXIT_CODES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_UNREACHABLE",
+__all__ = ["EXIT_CANCELLED", "EXIT_CODES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_UNREACHABLE",
            "EXIT_USAGE", "BY_COMMAND", "bt_run_options", "cli_hint", "code_name", "interrupted_exit", "main",
            "verb_commands_markdown"]
