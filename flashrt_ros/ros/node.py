@@ -68,7 +68,7 @@ from flashrt_ros.ros.heartbeats import HeartbeatListener
 from flashrt_ros.ros.parameters import (PARAMS, NodeConfig, declare_parameters, first_problem,
                                        refuse_invalid_sets)
 from flashrt_ros.ros.robot_io_params import ROBOT_IO_PARAMS, read_robot_io_config
-from flashrt_ros.ros.spinning import spin_until_shutdown
+from flashrt_ros.ros.spinning import finish_dispatched, spin_until_shutdown
 from flashrt_ros.ros.state_services import StateServices
 from flashrt_ros.runtime.errors import NotActive
 
@@ -327,10 +327,13 @@ def _shut_down(node: FlashRTNode, executor: MultiThreadedExecutor) -> bool:
     results_sent = time.monotonic() + RESULT_SEND_S      # rclpy sends a result from an executor task
     while time.monotonic() < results_sent:
         executor.spin_once(timeout_sec=0.02)
+    deadline = time.monotonic() + THREADS_END_WAIT_S
+    # no more spinning: the handlers already in the pool finish before the executor goes (else
+    # "exception was never retrieved" lines on every shutdown: spinning.finish_dispatched)
+    finish_dispatched(executor, THREADS_END_WAIT_S, node.get_logger().error)
     pool = getattr(executor, "_executor", None)          # the MultiThreadedExecutor's thread pool
     executor.shutdown(timeout_sec=0.0, wait_for_threads=False)
     threads = list(getattr(pool, "_threads", ()))
-    deadline = time.monotonic() + THREADS_END_WAIT_S
     for thread in threads:                  # idle pool threads exit at once after shutdown
         thread.join(max(0.0, deadline - time.monotonic()))
     done = not any(thread.is_alive() for thread in threads)

@@ -8,7 +8,8 @@ skips its own wait for outstanding work there), so a handler still running ends 
 exception was never retrieved: cannot use Destroyable because destruction was requested"
 at exit (the MuJoCo demo did; a 30-iteration loop reproduces it 2 to 6 times). ``stop()``
 therefore stops spinning first, joins the thread, waits for the handlers already
-dispatched, and only then shuts the executor down. Release engines and destroy nodes
+dispatched (``finish_dispatched``, which the node's own shutdown uses too), and only
+then shuts the executor down. Release engines and destroy nodes
 after ``stop()``. ``serve_until_interrupted`` is the foreground form for a small process
 serving one node until Ctrl-C or an rclpy shutdown.
 """
@@ -48,13 +49,32 @@ class BackgroundExecutor:
         deadline = time.monotonic() + timeout_s
         self._stopping.set()
         self._thread.join(timeout_s)
-        # rclpy's MultiThreadedExecutor keeps the handlers it dispatched to its pool here
-        dispatched = list(getattr(self.executor, "_futures", ()))
-        while not all(f.done() for f in dispatched) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        finished = not self._thread.is_alive() and all(f.done() for f in dispatched)
+        finished = finish_dispatched(self.executor, max(0.0, deadline - time.monotonic()))
+        finished = finished and not self._thread.is_alive()
         self.executor.shutdown()
         return finished
+
+
+def finish_dispatched(executor: Any, timeout_s: float, log: Callable[[str], None] | None = None) -> bool:
+    """Wait (up to ``timeout_s``) for the handlers ``executor`` already dispatched to its thread pool;
+    call only once nothing spins it any more. True when all finished.
+
+    Why: rclpy 9's ``shutdown`` destroys the guard condition each handler triggers when it has taken
+    its message, without waiting for the handlers still queued; such a handler then fails with
+    ``InvalidHandle`` and, as nobody asks for its result any more, Python prints "The following
+    exception was never retrieved: cannot use Destroyable because destruction was requested" (every
+    node shutdown did: its control timer's handler was in the pool). A finished handler's exception is
+    fetched here (and passed to ``log``), so none is left unretrieved either."""
+    dispatched = list(getattr(executor, "_futures", ()))      # the MultiThreadedExecutor's handlers
+    deadline = time.monotonic() + timeout_s
+    while not all(f.done() for f in dispatched) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    for future in dispatched:
+        if future.done():
+            exc = future.exception()                           # marks it retrieved
+            if exc is not None and log is not None:
+                log(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}")
+    return all(f.done() for f in dispatched)
 
 
 def serve_until_interrupted(node: Node, *, num_threads: int,
@@ -73,6 +93,7 @@ def serve_until_interrupted(node: Node, *, num_threads: int,
     finally:
         if on_exit is not None:
             on_exit()
+        finish_dispatched(executor, 5.0)
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
