@@ -20,8 +20,9 @@ LeRobot's, every guided chunk and the queue after every step agree.
 Tolerance ``1e-5`` of the largest action (max relative error over the whole
 trajectory): both sides run fp32 on the CPU; the kernels differ where we fold
 the query heads onto the single key head (one matmul instead of eight) and in
-SigLIP's attention call, so only summation order may differ. Measured: 0 in
-every case (bit-identical), the guided chunks too. A real difference in the
+SigLIP's attention call, so only summation order may differ: not the same
+arithmetic, hence a tolerance and not ``torch.equal``, though the error measured
+on this 2-core CPU is 0 in every case, the guided chunks too. A real difference in the
 arithmetic (a missed sqrt(width), a wrong mask or position, a 0.5-ulp rounding
 step placed elsewhere over ten Euler steps; the guidance evaluated at the next
 step's time) showed as 7e-2 to 3e-1 while this was written.
