@@ -6,7 +6,8 @@ that builds ``Guidance`` by hand never compares those choices with LeRobot's. Th
 LeRobot's RTC ``ActionQueue`` (a merged chunk replaces the queue minus the ``real_delay``
 actions run meanwhile; ``get_left_over()`` is the guidance target) the way its real-robot
 example drives it, with a fixed inference delay. Used in the test process (SmolVLA,
-``test_rtc.py``) and in the π reference's own process (``pi_reference/reference.py``).
+``test_rtc.py``) and in the π reference's own process (``pi_reference/reference.py``);
+``engine_run`` is our side of the comparison.
 """
 from __future__ import annotations
 
@@ -57,3 +58,28 @@ def padded(rows: list[torch.Tensor], length: int) -> tuple[torch.Tensor, torch.T
     for i, r in enumerate(rows):
         out[i, :r.shape[0]] = r
     return out, torch.tensor([r.shape[0] for r in rows])
+
+
+def engine_run(engine: Any, observations: list[dict]) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+    """Our side: ``engine`` (a ``PolicyEngine`` planning beside the loop) stepped once per observation.
+    Returns each chunk planned beside the loop as the engine merges it (normalised, the queue's part),
+    the queue's actions still to run after every step, and how many plans it launched (the last may
+    not be merged by the last step); closes the engine."""
+    from flashrt_ros.engine.chunk_planner import COPY
+    policy, planner = engine.policy, engine._planner
+    refill = engine._queue.refill
+    chunks: list[torch.Tensor] = []
+    collect = planner.collect
+
+    def collect_and_record() -> None:
+        collect()
+        chunks.append(engine.arena[COPY + policy.QUEUE].clone())
+    planner.collect = collect_and_record
+    queues = []
+    for o in observations:
+        engine.step(o)
+        left = int(engine.arena[policy.LEFT])
+        queues.append(engine.arena[policy.QUEUE][refill - left:].clone())
+    launched = engine.replan_status()["launched"]
+    engine.close()
+    return chunks, queues, launched

@@ -41,6 +41,7 @@ import torch
 from lerobot_reference import case_features, max_relative_error, observations
 from pi_reference import Case, reference_record, reference_run, run_reference
 from pi_reference.tokenizer import write_tokenizer
+from rtc_reference import engine_run
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import set_instruction
 from flashrt_ros.models.lerobot.pi0 import PI0Policy
@@ -138,32 +139,15 @@ def test_prefix_tokens_are_the_ones_lerobots_preprocessor_made(name, checkpoints
 
 def replanned_run(case: Case, mode: str, tmp_path: Path) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
     """The engine with ``replan: mode`` (``case.rtc``'s delay, horizon, schedule, weight) over the case's
-    observations: each chunk planned beside the loop as the engine merges it, the queue after every
-    step (normalised), and how many plans it launched (the last may not be merged by the last step)."""
-    from flashrt_ros.engine.chunk_planner import COPY, ReplanConfig
+    observations (``rtc_reference.engine_run``)."""
+    from flashrt_ros.engine.chunk_planner import ReplanConfig
     rtc = case.rtc
     engine = PolicyEngine(make_policy(f"lerobot:{case.directory}"), directory=str(tmp_path / f"capsules_{mode}"),
                           replan=ReplanConfig(mode=mode, delay_steps=rtc["delay"], late="wait",
                                               rtc_horizon=rtc["horizon"], rtc_schedule=rtc["schedule"],
                                               rtc_max_weight=rtc["max_weight"]))
     set_instruction(engine, case.task)
-    policy, planner = engine.policy, engine._planner
-    n = policy.cfg.n_action_steps
-    chunks: list[torch.Tensor] = []
-    collect = planner.collect
-
-    def collect_and_record() -> None:
-        collect()
-        chunks.append(engine.arena[COPY + policy.QUEUE].clone())
-    planner.collect = collect_and_record
-    queues = []
-    for o in case_observations(case):
-        engine.step(o)
-        left = int(engine.arena[policy.LEFT])
-        queues.append(engine.arena[policy.QUEUE][n - left:].clone())
-    launched = engine.replan_status()["launched"]
-    engine.close()
-    return chunks, queues, launched
+    return engine_run(engine, case_observations(case))
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c.rtc))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lerobot_reference import case_features, lerobot, max_relative_error, observations, processors
-from rtc_reference import lerobot_rtc_run
+from rtc_reference import engine_run, lerobot_rtc_run
 from smolvla_reference import TINY, make_smolvla_checkpoint, write_vlm_directory
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.policy_factory import make_policy
@@ -76,14 +76,14 @@ def vlm_dir(tmp_path_factory) -> Path:
 def test_the_engines_rtc_plans_equal_lerobots_own_real_time_chunking(tmp_path, vlm_dir, delay, horizon):
     """The engine's ``replan: rtc`` path, every choice its own (when to plan, the leftover it guides
     toward, the delay, the horizon, where the merged chunk starts), against LeRobot's RTC bookkeeping
-    (``rtc_reference.lerobot_rtc_run``) on the same observations and noise: every guided chunk, and the queue after
-    every step. ``n_action_steps = chunk_size``: then LeRobot's RTC queue (which keeps a whole chunk)
+    (``rtc_reference.lerobot_rtc_run``) on the same observations and noise: every guided chunk, and the
+    queue after every step. ``n_action_steps = chunk_size``: then LeRobot's RTC queue (a whole chunk)
     and ours (which keeps ``n_action_steps``) run the same actions. Horizon 8 is cut by LeRobot to the
     leftover's length, horizon 2 is shorter than the leftover. Tolerance: relative ``TOLERANCE``
     (the same operations, kernels that may sum in another order)."""
     from lerobot.configs.types import RTCAttentionSchedule
     from lerobot.policies.rtc.configuration_rtc import RTCConfig
-    from flashrt_ros.engine.chunk_planner import COPY, ReplanConfig
+    from flashrt_ros.engine.chunk_planner import ReplanConfig
     from flashrt_ros.engine.vla import set_instruction
     chunk_size, steps = 8, 24
     case = dict(cameras=1, hw=(32, 32), state=4, env=0, action=3, norm="MEAN_STD",
@@ -107,21 +107,7 @@ def test_the_engines_rtc_plans_equal_lerobots_own_real_time_chunking(tmp_path, v
                           replan=ReplanConfig(mode="rtc", delay_steps=delay, late="wait", rtc_horizon=horizon,
                                               rtc_schedule="linear", rtc_max_weight=10.0))
     set_instruction(engine, TASK)
-    policy, planner = engine.policy, engine._planner
-    ours: list[torch.Tensor] = []
-    collect = planner.collect
-
-    def collect_and_record() -> None:                  # each guided chunk as the engine merges it
-        collect()
-        ours.append(engine.arena[COPY + policy.QUEUE].clone())
-    planner.collect = collect_and_record
-    our_queues = []
-    for o in obs:
-        engine.step(o)
-        left = int(engine.arena[policy.LEFT])
-        our_queues.append(engine.arena[policy.QUEUE][chunk_size - left:].clone())
-    launched = engine.replan_status()["launched"]
-    engine.close()
+    ours, our_queues, launched = engine_run(engine, obs)
 
     assert launched == len(theirs) and len(ours) >= 3, (launched, len(ours), len(theirs))
     errors = [max_relative_error(a, b) for a, b in zip(ours, theirs)]      # the plans merged within the run
