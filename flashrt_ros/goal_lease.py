@@ -16,6 +16,7 @@ hangs keeps renewing: ``flashrt bt run``'s watchdog ends a tick stuck for
 """
 from __future__ import annotations
 
+import atexit
 import threading
 from typing import Any
 
@@ -61,6 +62,7 @@ class LeaseRenewer:
                 self._thread = threading.Thread(target=self._renew, daemon=True,
                                                 name=f"flashrt-lease {self.topic}")
                 self._thread.start()
+                atexit.register(self._stop_thread)     # a client never closed: the thread ends before ROS does
 
     def release(self, goal_id: Any) -> None:
         """Stop renewing ``goal_id`` (its result is in, or it was rejected)."""
@@ -92,12 +94,17 @@ class LeaseRenewer:
             return False
         return True
 
-    def close(self) -> None:
-        """Stop the renewal thread (waits for a heartbeat being sent), then drop the publisher."""
+    def _stop_thread(self) -> None:
+        """End the renewal thread (waits for a heartbeat being sent); renews nothing after."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(max(1.0, 4 * self.period_s))
+        atexit.unregister(self._stop_thread)
+
+    def close(self) -> None:
+        """Stop the renewal thread, then drop the publisher."""
+        self._stop_thread()
         with self._lock:
             self._goals.clear()
             self._thread = None

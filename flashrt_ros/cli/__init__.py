@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
                         "generation itself may run longer (generate --max-seconds)")
     p.add_argument("--lease", type=float, default=None, metavar="SECONDS",
                    help="lease of the goals this command sends (run-policy, generate, bt run): if "
-                        "the command dies or hangs, the node ends its goal this long after the "
+                        "the command dies or freezes, the node ends its goal this long after the "
                         "last renewal (default 2; 0: no lease)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
