@@ -55,6 +55,11 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("dtype", "auto", "Weights/state dtype: 'auto' (LLM: float32 on cpu, bfloat16 on cuda; "
              "policy: float32), 'float32', 'bfloat16', 'float16' (a LeRobot policy's networks).", True,
              choices=("auto", "float32", "bfloat16", "float16")),
+    ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (π0, π0.5): 'exact' "
+             "(LeRobot's operations, bit-identical to it on CPU; for parity checks and debugging), 'fast' (the "
+             "same plan and state in fused kernels: folded norms, fused projections, SDPA; equal to 'exact' "
+             "within rounding), 'auto' (fast on CUDA, exact on CPU). Other policies ignore it.", True,
+             choices=("auto", "exact", "fast")),
     ParamDef("max_context", 2048, "LLM context length (static KV rows per attention layer).", True,
              int_range=(16, 262144)),
     ParamDef("prefill_chunk", 256, "Prompt tokens per prefill chunk; a committed boundary follows "
@@ -125,6 +130,7 @@ class NodeConfig:
     policy_instruction: str
     device: str
     dtype: str
+    numerics: str
     max_context: int
     prefill_chunk: int
     max_new_tokens: int

@@ -248,12 +248,26 @@ class PI0Policy(LanguageInstruction, PolicyModule):
         return feature_specs(self.cfg)
 
     def config(self) -> dict:
-        return {"type": "pi05" if self.cfg.pi05 else "pi0", **jsonable(asdict(self.cfg))}
+        return {"type": "pi05" if self.cfg.pi05 else "pi0", "numerics": self.numerics, **jsonable(asdict(self.cfg))}
+
+    #: ``exact``: LeRobot's arithmetic (bit-identical on CPU); ``fast``: the same plan in fused kernels
+    #: (``pi0_fast``), chosen once by ``use_numerics`` after the weights are loaded and cast
+    numerics = "exact"
+
+    def use_numerics(self, numerics: str) -> None:
+        """Switch to ``fast`` (irreversible: its fused weights replace the unfused ones)."""
+        if numerics == self.numerics:
+            return
+        if numerics != "fast":
+            raise InvalidArgument(f"π0: numerics {numerics!r} after {self.numerics!r}: choose it once, at load")
+        from flashrt_ros.models.lerobot.pi0_fast import FastPi
+        self.fast = FastPi(self)
+        self.numerics = "fast"
 
     @property
     def dtype(self) -> torch.dtype:
         """The language model's dtype (the prefix KV and image tokens are kept in it)."""
-        return self.model.language_model.layers[0].self_attn.q_proj.weight.dtype
+        return self.model.language_model.embed_tokens.weight.dtype
 
     def cast(self, dtype: torch.dtype) -> None:
         """The networks in ``dtype`` (``cast_networks``), keeping in float32 what LeRobot keeps in float32 in
@@ -343,6 +357,8 @@ class PI0Policy(LanguageInstruction, PolicyModule):
     # --- network ------------------------------------------------------------------------------------
     def encode_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
         """Each camera through the vision tower and projector into ``images``; the state into ``state``."""
+        if self.numerics == "fast":
+            return self.fast.encode(self, observation, arena)
         c, m = self.cfg, self.model
         side = c.image_resolution
         vision = m.vision
@@ -369,6 +385,8 @@ class PI0Policy(LanguageInstruction, PolicyModule):
 
     def prefill_from_context(self, arena: StateArena) -> None:
         """The language model over the stored image tokens and the instruction: each layer's KV into the arena."""
+        if self.numerics == "fast":
+            return self.fast.prefill(self, arena)
         c, lm = self.cfg, self.model.language_model
         ids, length = self.language_tokens(arena)
         lang = lm.embed_tokens(ids)
@@ -393,6 +411,8 @@ class PI0Policy(LanguageInstruction, PolicyModule):
 
         ``guide``: Real-Time Chunking (LeRobot's ``RTCProcessor`` arithmetic, ``models.rtc``); ``ahead``: the
         actions after the queued ones (an async plan's)."""
+        if self.numerics == "fast":
+            return self.fast.denoise(self, arena, counter, guide, ahead)
         c, m = self.cfg, self.model
         x = normal(arena[self.RNG_SEED], counter, c.chunk_size * c.max_action_dim).view(c.chunk_size,
                                                                                          c.max_action_dim)
