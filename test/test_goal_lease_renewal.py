@@ -15,7 +15,8 @@ import rclpy
 from rclpy.context import Context
 
 from waiting import load_factor, wait_until
-from flashrt_ros.goal_lease import LeaseRenewer, goal_key
+from flashrt_ros.client.lease import LeaseRenewer
+from flashrt_ros.interface.goals import goal_id_hex
 from flashrt_ros.ros.goals import GoalBook
 from flashrt_ros.ros.heartbeats import POLL_S, HeartbeatListener
 
@@ -58,7 +59,7 @@ def test_renewals_need_no_executor_on_either_side_and_stop_with_the_goal(context
     goal_id = uuid.uuid4().bytes
     try:
         renewer.hold(goal_id)
-        goal = book.begin("run_policy", goal_key(goal_id), "test", LEASE_S)
+        goal = book.begin("run_policy", goal_id_hex(goal_id), "test", LEASE_S)
         # neither node is spun by anyone; the goal is renewed all the same, for three leases
         wait_until(lambda: goal.lease_expired() or goal.renewed > goal.started + 3 * LEASE_S, 60,
                    "renewals for three leases")

@@ -12,8 +12,11 @@ from rosproc import REPO
 
 
 def bound(node_value: float, goal_value: float) -> float:
-    """The bound a goal runs under: ``PolicyActionServer._stale_timeout`` with the node's parameter."""
-    node = SimpleNamespace(get_parameter=lambda name: SimpleNamespace(value=node_value))
+    """The bound a goal runs under: ``PolicyActionServer._stale_timeout`` with the node's parameter (the
+    other robot I/O parameters at their defaults)."""
+    from flashrt_ros.interface.robot_io_params import ROBOT_IO_PARAMS
+    values = {p.name: p.default for p in ROBOT_IO_PARAMS} | {"goal_stale_timeout_s": node_value}
+    node = SimpleNamespace(get_parameter=lambda name: SimpleNamespace(value=values[name]))
     server = SimpleNamespace(_node=node)
     return PolicyActionServer._stale_timeout(server, SimpleNamespace(stale_timeout_s=goal_value))
 

@@ -4,7 +4,7 @@ One thread does everything: tick the tree, then spin the client's node until the
 next tick is due, so the flashrt nodes' futures complete, topic messages arrive
 (``--bb-topic`` entries are written to the blackboard before each tick); no tick
 waits on the network. The goals' leases are renewed by the client's own thread
-(``goal_lease.py``), so a long tick does not lose them.
+(``client/lease.py``), so a long tick does not lose them.
 
 Stopping. Ctrl-C, SIGTERM and ``--max-seconds`` halt the tree: running goals are
 cancelled at their next committed boundary, and bt run exits once each has
@@ -170,7 +170,7 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
     from flashrt_ros.bt.btcpp import FlashRTTrees, TreeXMLError
     from flashrt_ros.bt.topics import TopicError
     from flashrt_ros.client import FlashRTClient, Terminated
-    from flashrt_ros.goal_lease import DEFAULT_LEASE_S
+    from flashrt_ros.client.lease import DEFAULT_LEASE_S
 
     if rate_hz <= 0:
         print("--rate must be > 0", file=sys.stderr)

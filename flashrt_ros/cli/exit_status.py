@@ -1,6 +1,8 @@
 """The exit status of every ``flashrt`` command, and the error names it prints."""
 from __future__ import annotations
 
+from flashrt_ros.interface.errors import code_name  # noqa: F401 - the names the commands print
+
 #: Exit status of every command (also printed by --help). A goal (run-policy, generate) ends in
 #: exactly one of: completed (0), failed (1), cancelled by another client (4), interrupted (130, 143):
 #: a script can tell them apart without reading the output.
@@ -24,12 +26,3 @@ def interrupted_exit(interrupt: BaseException) -> int:
     """130 for Ctrl-C, 143 for SIGTERM (``client.Terminated``)."""
     from flashrt_ros.client import Terminated
     return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
-
-
-def code_name(code: int) -> str:
-    """An error code's name (``STALE_INPUTS``), or its number if this version does not know it."""
-    from flashrt_ros.runtime.errors import ErrorCode
-    try:
-        return ErrorCode(int(code)).name
-    except ValueError:
-        return str(int(code))

@@ -8,11 +8,11 @@ unread while the lease ran out. Here a thread drains the heartbeat topic every
 ``GoalBook`` up to when it has heard: a lease is judged against that
 (``goals.py``), so heartbeats waiting unread never end a goal.
 
-Why best effort: heartbeats are idempotent and sent every ``lease_s / 4``; a lost
-one is replaced by the next. A reliable reader delivers in order, so one lost
-sample would hold back every later one until the writer's next DDS heartbeat
-(3 s by default in Fast DDS: longer than the default 2 s lease). A best-effort
-reader matches reliable and best-effort writers alike.
+Why best effort (``interface.qos.HEARTBEAT_READER_QOS``): heartbeats are idempotent
+and sent every ``lease_s / 4``; a lost one is replaced by the next. A reliable reader
+delivers in order, so one lost sample would hold back every later one until the
+writer's next DDS heartbeat (3 s by default in Fast DDS: longer than the default 2 s
+lease). A best-effort reader matches reliable and best-effort writers alike.
 """
 from __future__ import annotations
 
@@ -21,29 +21,29 @@ import time
 from typing import Any
 
 import rclpy
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from flashrt_ros.interface.qos import HEARTBEAT_READER_QOS, HEARTBEAT_TOPIC
 from flashrt_ros.msg import GoalHeartbeat
 from flashrt_ros.ros.goals import GoalBook
 
 #: How often the listener drains the heartbeat topic (s): a killed client's goal ends at most
 #: this much later than its lease.
 POLL_S = 0.05
-HEARTBEAT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
 
 
 class HeartbeatListener:
     """Reads ``<node>/goal_heartbeat`` into ``goals`` from a daemon thread until ``destroy``."""
 
     def __init__(self, node: Any, goals: GoalBook, poll_s: float = POLL_S) -> None:
-        self.topic = node.resolve_topic_name("~/goal_heartbeat")
+        self.topic = node.resolve_topic_name(f"~/{HEARTBEAT_TOPIC}")
         self._goals, self._poll_s, self._log = goals, poll_s, node.get_logger()
         # hidden (leading underscore), and free of the process's remappings (a __node remap
         # would give it the node's own name)
         self._node = rclpy.create_node(f"_{node.get_name()}_heartbeats", namespace=node.get_namespace(),
                                        context=node.context, use_global_arguments=False,
                                        start_parameter_services=False, enable_rosout=False)
-        self._sub = self._node.create_subscription(GoalHeartbeat, self.topic, lambda _msg: None, HEARTBEAT_QOS)
+        self._sub = self._node.create_subscription(GoalHeartbeat, self.topic, lambda _msg: None,
+                                                   HEARTBEAT_READER_QOS.profile())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._listen, daemon=True, name="flashrt-heartbeats")
         self._thread.start()

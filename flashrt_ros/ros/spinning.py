@@ -1,21 +1,13 @@
-"""An executor spinning in a background thread that stops without leaving a callback behind.
+"""The serving loops of a process that hosts a node: the flashrt node's, and a small server's.
 
-Why: stopping a spinning ``MultiThreadedExecutor`` with ``executor.shutdown()`` from
-another thread races with the handlers it has already dispatched to its thread pool:
-shutdown destroys the guard condition each handler triggers when it is done (rclpy 9
-skips its own wait for outstanding work there), so a handler still running ends with
-``InvalidHandle`` and, since nobody looks at it any more, Python prints "The following
-exception was never retrieved: cannot use Destroyable because destruction was requested"
-at exit (the MuJoCo demo did; a 30-iteration loop reproduces it 2 to 6 times). ``stop()``
-therefore stops spinning first, joins the thread, waits for the handlers already
-dispatched (``finish_dispatched``, which the node's own shutdown uses too), and only
-then shuts the executor down. Release engines and destroy nodes
-after ``stop()``. ``serve_until_interrupted`` is the foreground form for a small process
-serving one node until Ctrl-C or an rclpy shutdown.
+``spin_until_shutdown`` is the flashrt node's executor loop (it outlives any exception a callback
+lets escape); ``serve_until_interrupted`` serves one small node (the simulator, test servers)
+until Ctrl-C or an rclpy shutdown. Both end with ``finish_dispatched``: the handlers already in
+the executor's pool finish before the executor goes. A client spins its node with
+``flashrt_ros.client.background_executor.BackgroundExecutor`` instead (which waits alike).
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Any, Callable
@@ -23,58 +15,6 @@ from typing import Any, Callable
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
-
-
-class BackgroundExecutor:
-    """``executor`` spun in a daemon thread until ``stop()``."""
-
-    def __init__(self, executor: Any, *, slice_s: float = 0.1) -> None:
-        self.executor = executor
-        self._slice_s = slice_s
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True, name="flashrt-spin")
-        self._thread.start()
-
-    def _spin(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self.executor.spin_once(timeout_sec=self._slice_s)
-            except ExternalShutdownException:
-                return
-            except Exception as exc:  # noqa: BLE001 - one failed callback must not stop the others
-                print(f"a callback raised {type(exc).__name__}: {exc}", file=sys.stderr)
-
-    def stop(self, timeout_s: float = 30.0) -> bool:
-        """Stop spinning, let dispatched callbacks finish, shut the executor down; False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        self._stopping.set()
-        self._thread.join(timeout_s)
-        finished = finish_dispatched(self.executor, max(0.0, deadline - time.monotonic()))
-        finished = finished and not self._thread.is_alive()
-        self.executor.shutdown()
-        return finished
-
-
-def finish_dispatched(executor: Any, timeout_s: float, log: Callable[[str], None] | None = None) -> bool:
-    """Wait (up to ``timeout_s``) for the handlers ``executor`` already dispatched to its thread pool;
-    call only once nothing spins it any more. True when all finished.
-
-    Why: rclpy 9's ``shutdown`` destroys the guard condition each handler triggers when it has taken
-    its message, without waiting for the handlers still queued; such a handler then fails with
-    ``InvalidHandle`` and, as nobody asks for its result any more, Python prints "The following
-    exception was never retrieved: cannot use Destroyable because destruction was requested" (every
-    node shutdown did: its control timer's handler was in the pool). A finished handler's exception is
-    fetched here (and passed to ``log``), so none is left unretrieved either."""
-    dispatched = list(getattr(executor, "_futures", ()))      # the MultiThreadedExecutor's handlers
-    deadline = time.monotonic() + timeout_s
-    while not all(f.done() for f in dispatched) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    for future in dispatched:
-        if future.done():
-            exc = future.exception()                           # marks it retrieved
-            if exc is not None and log is not None:
-                log(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}")
-    return all(f.done() for f in dispatched)
 
 
 def serve_until_interrupted(node: Node, *, num_threads: int,
@@ -116,3 +56,25 @@ def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any,
             return
         except Exception as exc:  # noqa: BLE001 - the node must keep serving
             logger.error(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}; the node keeps serving")
+
+
+def finish_dispatched(executor: Any, timeout_s: float, log: Callable[[str], None] | None = None) -> bool:
+    """Wait (up to ``timeout_s``) for the handlers ``executor`` already dispatched to its thread pool;
+    call only once nothing spins it any more. True when all finished.
+
+    Why: rclpy 9's ``shutdown`` destroys the guard condition each handler triggers when it has taken
+    its message, without waiting for the handlers still queued; such a handler then fails with
+    ``InvalidHandle`` and, as nobody asks for its result any more, Python prints "The following
+    exception was never retrieved: cannot use Destroyable because destruction was requested" (every
+    node shutdown did: its control timer's handler was in the pool). A finished handler's exception is
+    fetched here (and passed to ``log``), so none is left unretrieved either."""
+    dispatched = list(getattr(executor, "_futures", ()))      # the MultiThreadedExecutor's handlers
+    deadline = time.monotonic() + timeout_s
+    while not all(f.done() for f in dispatched) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    for future in dispatched:
+        if future.done():
+            exc = future.exception()                           # marks it retrieved
+            if exc is not None and log is not None:
+                log(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}")
+    return all(f.done() for f in dispatched)
