@@ -69,8 +69,10 @@ def generate_command(args: argparse.Namespace, client: Any) -> int:
     if not r.success:
         print(f"error ({code_name(r.error_code)}): {r.message}", file=sys.stderr)
         return EXIT_FAILED
+    drafts = getattr(r, "drafted_tokens", 0)
+    speculation = f", drafts accepted {r.accepted_tokens}/{drafts}" if drafts else ""
     print(f"[{len(r.token_ids)} tokens, stop: {r.stop_reason}, ttft {r.ttft_ms:.1f} ms, "
-          f"{r.tokens_per_second:.1f} tok/s, position {r.position}]", file=sys.stderr)
+          f"{r.tokens_per_second:.1f} tok/s, position {r.position}{speculation}]", file=sys.stderr)
     if r.stop_reason == "cancelled":
         print(f"generation {CANCELLED_BY_ANOTHER} at position {r.position}", file=sys.stderr)
         return EXIT_CANCELLED

@@ -75,19 +75,22 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
 
         log(f"loading model {config.model!r} on {device} ({dtype})")
         t0 = time.perf_counter()
-        model, tokenizer, _config, fingerprint_inputs = load_model(config.model, device, dtype)
+        speculative = getattr(config, "speculative_tokens", 0)
+        model, tokenizer, _config, fingerprint_inputs = load_model(config.model, device, dtype, mtp=speculative > 0)
         log(f"model loaded in {time.perf_counter() - t0:.1f} s; allocating arena "
-            f"(max_context {config.max_context})")
+            f"(max_context {config.max_context}" + (f", {speculative} speculative tokens" if speculative else "")
+            + ")")
         engine = LLMEngine(model, tokenizer, max_context=config.max_context, device=device,
                            prefill_chunk=config.prefill_chunk, fingerprint_inputs=fingerprint_inputs,
+                           speculative_tokens=speculative,
                            cuda_graphs=device.type == "cuda", verb_timeout_s=config.boundary_timeout_s,
                            store_config=StoreConfig(directory=directory, rollback_depth=config.rollback_depth,
                                                     default_tier=config.default_tier, **budgets))
         if engine.cuda_graphs:
             t0 = time.perf_counter()
             captured = engine.warm_up()
-            log(f"captured {captured} CUDA graphs (decode, draw, prefill lengths up to "
-                f"{config.prefill_chunk}) in {time.perf_counter() - t0:.1f} s")
+            log(f"captured {captured} CUDA graphs (decode, draw, " + ("verify, " if speculative else "")
+                + f"prefill lengths up to {config.prefill_chunk}) in {time.perf_counter() - t0:.1f} s")
         return engine
     if config.engine_kind == "policy":
         from flashrt_ros.engine.policy_engine import PolicyEngine

@@ -110,7 +110,8 @@ def engine_status(status: Mapping[str, Any], lifecycle_state: str, stamp: Time) 
         if status.get(field) is not None:
             setattr(msg, field, cast(status[field]))
     for field in ("position", "boundary_id", "capsule_count", "arena_bytes", "live_bytes",
-                  "device_bytes", "host_bytes", "disk_bytes", "policy_steps", "deadline_misses", "rejected_messages"):
+                  "device_bytes", "host_bytes", "disk_bytes", "policy_steps", "deadline_misses", "rejected_messages",
+                  "speculative_tokens", "drafted_tokens", "accepted_tokens"):
         if status.get(field) is not None:
             setattr(msg, field, checked_int(status[field], _field_bounds(msg, field), f"status {field}"))
     return msg

@@ -355,18 +355,27 @@ class PI0Policy(LanguageInstruction, PolicyModule):
         return self.norm.action(arena[self.QUEUE][n - left:])
 
     # --- network ------------------------------------------------------------------------------------
+    def camera_image(self, cam: str, observation: Mapping[str, Tensor]) -> Tensor:
+        """One camera's image normalised and resized with padding to ``image_resolution``: ``(1, 3, S, S)``."""
+        img = self.norm.input(cam, observation[cam].unsqueeze(0))
+        side = self.cfg.image_resolution
+        return img if tuple(img.shape[2:]) == side else resize_with_pad(img, *side)
+
+    def store_state(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
+        """The normalised state, zero-padded, into ``state``."""
+        c = self.cfg
+        state = self.norm.input(STATE, observation[STATE])
+        arena[self.STATE_VEC].copy_(F.pad(state, (0, c.state_width - c.state_dim)))
+
     def encode_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
         """Each camera through the vision tower and projector into ``images``; the state into ``state``."""
         if self.numerics == "fast":
             return self.fast.encode(self, observation, arena)
         c, m = self.cfg, self.model
-        side = c.image_resolution
         vision = m.vision
         n = c.image_tokens
         for i, cam in enumerate(c.cameras):
-            img = self.norm.input(cam, observation[cam].unsqueeze(0))
-            if tuple(img.shape[2:]) != side:
-                img = resize_with_pad(img, *side)
+            img = self.camera_image(cam, observation)
             x = vision.embeddings((img * 2.0 - 1.0).to(vision.embeddings.patch_embedding.weight.dtype))
             x = x.to(vision.post_layernorm.weight.dtype)
             for layer in vision.encoder.layers:
@@ -374,8 +383,7 @@ class PI0Policy(LanguageInstruction, PolicyModule):
             x = vision.post_layernorm(x)
             proj = m.paligemma_with_expert.paligemma.model.multi_modal_projector.linear
             arena[self.IMAGES][i * n:(i + 1) * n].copy_(proj(x.to(proj.weight.dtype))[0])
-        state = self.norm.input(STATE, observation[STATE])
-        arena[self.STATE_VEC].copy_(F.pad(state, (0, c.state_width - c.state_dim)))
+        self.store_state(observation, arena)
 
     def language_tokens(self, arena: StateArena) -> tuple[Tensor, Tensor]:
         """The prefix's token ids ``(max_length,)`` and length: π0 the instruction, π0.5 the prompt."""

@@ -94,22 +94,13 @@ class FastPi(nn.Module):
     # --- the plan's three parts (same buffers as the exact ones in pi0.py) ---------------------------
     def encode(self, policy, observation: dict[str, Tensor], arena: StateArena) -> None:
         """All cameras through the vision tower in one batch, the projector, into ``images``; the state."""
-        from flashrt_ros.models.lerobot.pi0 import resize_with_pad
-        from flashrt_ros.models.policy_features import STATE
-        c, m = self.cfg, policy.model
-        side = c.image_resolution
-        images = []
-        for cam in c.cameras:
-            img = policy.norm.input(cam, observation[cam].unsqueeze(0))
-            if tuple(img.shape[2:]) != side:
-                img = resize_with_pad(img, *side)
-            images.append(img)
+        m = policy.model
         proj = m.paligemma_with_expert.paligemma.model.multi_modal_projector.linear
-        x = self.vision(torch.cat(images) * 2.0 - 1.0, policy.dtype)
+        images = torch.cat([policy.camera_image(cam, observation) for cam in self.cfg.cameras])
+        x = self.vision(images * 2.0 - 1.0, policy.dtype)
         tokens = F.linear(x.reshape(-1, x.shape[-1]).to(proj.weight.dtype), proj.weight, proj.bias)
         arena[policy.IMAGES].copy_(tokens)
-        state = policy.norm.input(STATE, observation[STATE])
-        arena[policy.STATE_VEC].copy_(F.pad(state, (0, c.state_width - c.state_dim)))
+        policy.store_state(observation, arena)
 
     def prefill(self, policy, arena: StateArena) -> None:
         """The language model over the image tokens and the instruction; each layer's KV into the arena."""
