@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helper
 
 from benchmarks.lerobot_side import MODE_KEYS, LeRobotSide, Mode  # noqa: E402
 from benchmarks.provenance import git_state, provenance, summary_line  # noqa: E402
-from benchmarks.race import RaceSettings, apply_eval_flags, failures, race, reference_chunk  # noqa: E402
+from benchmarks.race import (RaceSettings, apply_eval_flags, eval_flags_restored, failures, race,  # noqa: E402
+                             reference_chunk)
 from benchmarks.race_report import TIMED, report  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
@@ -313,6 +314,7 @@ def publish(args: argparse.Namespace, title: str, what: str, results: dict[str, 
     return failed
 
 
+@eval_flags_restored()
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

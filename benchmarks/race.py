@@ -27,10 +27,11 @@ Why in one place: ACT, Diffusion Policy and SmolVLA are raced the same way
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -62,13 +63,25 @@ def apply_eval_flags(device: torch.device) -> dict[str, Any]:
     """``lerobot_eval``'s flags, for both sides: cudnn.benchmark and TF32 on; steps under inference_mode.
 
     Set before any engine captures its graphs and before LeRobot compiles, so both
-    sides' kernels are chosen under them."""
+    sides' kernels are chosen under them. For the run only: a ``main`` that sets them runs
+    under ``eval_flags_restored`` (a test calling it must not leave TF32 on for the tests after)."""
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     return {"lerobot_eval_flags": True, "inference_mode": "every step of both sides",
             "set": ["cudnn.benchmark=True", "cuda.matmul.allow_tf32=True", "cudnn.allow_tf32=True"],
             "applies_on": device.type}
+
+
+@contextlib.contextmanager
+def eval_flags_restored() -> Iterator[None]:
+    """Put cudnn.benchmark and the TF32 flags back as they were after the block (or decorated function)."""
+    saved = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        yield
+    finally:
+        (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+         torch.backends.cudnn.allow_tf32) = saved
 
 
 @dataclass

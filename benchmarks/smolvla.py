@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helper
 from benchmarks.policies import (add_race_args, observation_variants, publish, race_policy,  # noqa: E402
                                  settings_from)
 from benchmarks.provenance import git_state  # noqa: E402
-from benchmarks.race import apply_eval_flags  # noqa: E402
+from benchmarks.race import apply_eval_flags, eval_flags_restored  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
@@ -92,6 +92,7 @@ def redraw_times(draws: int, device: torch.device) -> Callable[[PolicyEngine], d
     return measure
 
 
+@eval_flags_restored()
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=200, help="control steps per episode (chunks of 50)")

@@ -13,12 +13,24 @@ from benchmarks import lerobot_side, spread
 from benchmarks.race import failures, first_chunk_error
 
 
+def _flags() -> tuple[bool, bool, bool]:
+    return (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+
+
 def _run_policies(tmp_path: Path, *extra: str) -> tuple[int, dict, str]:
+    """Run the race in this process; it must leave ``lerobot_eval``'s flags as it found them (off here),
+    or every test after it would run with TF32 and cudnn.benchmark on."""
     from lerobot_reference import lerobot
     lerobot()                                     # skips without the LeRobot reference
     from benchmarks import policies
     out, js = tmp_path / "race.md", tmp_path / "race.json"
-    code = policies.main(["--size", "smoke", "--out", str(out), "--json", str(js), *extra])
+    found = _flags()
+    torch.backends.cudnn.benchmark = torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        code = policies.main(["--size", "smoke", "--out", str(out), "--json", str(js), *extra])
+        assert _flags() == (False, False, False), "the run left TF32 / cudnn.benchmark on for the rest of the process"
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = found
     return code, json.loads(js.read_text()), out.read_text()
 
 

@@ -81,6 +81,20 @@ def test_every_flashrt_command_parses_and_names_declared_parameters():
     assert checked >= 10
 
 
+def test_the_readmes_flashrt_function_works_from_any_folder(tmp_path):
+    """Defined in the checkout as the README says, then called from elsewhere (a user's second terminal
+    moves on): it must still find the command (the relative .venv/bin/flashrt did not)."""
+    define = next(line for line in block_with("flashrt run-policy --max-steps 150").splitlines()
+                  if "flashrt()" in line)
+    fake = tmp_path / "checkout"
+    (fake / ".venv" / "bin").mkdir(parents=True)
+    (fake / ".venv" / "bin" / "flashrt").write_text('#!/bin/sh\necho "flashrt called with: $*"\n')
+    (fake / ".venv" / "bin" / "flashrt").chmod(0o755)
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", f"{define}\ncd /\nflashrt status"], cwd=fake,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "flashrt called with: --node /robot1/flashrt status" in r.stdout, r.stderr
+
+
 needs_bare_setup = pytest.mark.skipif(
     not (REPO / ".venv" / "bin" / "flashrt").exists(),
     reason="the README's quick starts call .venv/bin/flashrt, which scripts/setup.sh creates "

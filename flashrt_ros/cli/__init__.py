@@ -21,10 +21,11 @@ import sys
 from typing import Any, Sequence
 
 from flashrt_ros.cli.capsule_commands import BY_COMMAND, add_verb_command, call_verb
-from flashrt_ros.cli.exit_status import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED,
-                                         EXIT_UNREACHABLE, EXIT_USAGE, code_name, interrupted_exit)
+from flashrt_ros.cli.exit_status import (EXIT_CANCELLED, EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK,
+                                         EXIT_TERMINATED, EXIT_UNREACHABLE, EXIT_USAGE, code_name,
+                                         interrupted_exit)
 from flashrt_ros.cli.goal_commands import (add_goal_command, cancel_command, generate_command, goals_command,
-                                          run_policy_command)
+                                           run_policy_command)
 from flashrt_ros.cli.query_commands import param_command, status_command
 from flashrt_ros.interface.actions import GENERATE, RUN_POLICY
 from flashrt_ros.interface.services import VERBS
@@ -42,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
                         "generation itself may run longer (generate --max-seconds)")
     p.add_argument("--lease", type=float, default=None, metavar="SECONDS",
                    help="lease of the goals this command sends (run-policy, generate, bt run): if "
-                        "the command dies or hangs, the node ends its goal this long after the "
+                        "the command dies or freezes, the node ends its goal this long after the "
                         "last renewal (default 2; 0: no lease)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -217,5 +218,6 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
     return command(args, client)
 
 
-__all__ = ["EXIT_CODES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_UNREACHABLE",
-           "EXIT_USAGE", "BY_COMMAND", "bt_run_options", "cli_hint", "code_name", "interrupted_exit", "main"]
+__all__ = ["EXIT_CANCELLED", "EXIT_CODES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED",
+           "EXIT_UNREACHABLE", "EXIT_USAGE", "BY_COMMAND", "bt_run_options", "cli_hint", "code_name",
+           "interrupted_exit", "main"]
