@@ -31,6 +31,7 @@ class ErrorCode(IntEnum):
                         # cancel reports stop_reason "cancelled" with success
     LEASE_EXPIRED = 16  # a goal's client stopped renewing its lease (it died or hangs): the node ended it
     STALE_INPUTS = 17   # a RunPolicy goal waited longer than its stale_timeout_s for fresh inputs
+    INPUT_REJECTED = 18  # ... while the node refused its input messages (their text names topic and why)
     INTERNAL = 99
 
 
@@ -103,3 +104,7 @@ class LeaseExpired(FlashRTError):
 
 class StaleInputs(FlashRTError):
     code = ErrorCode.STALE_INPUTS
+
+
+class InputRejected(FlashRTError):
+    code = ErrorCode.INPUT_REJECTED
