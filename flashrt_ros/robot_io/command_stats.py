@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from flashrt_ros.engine.stats import percentile
+
 
 @dataclass(frozen=True)
 class StreamSummary:
@@ -37,15 +39,6 @@ class StreamSummary:
         return text
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (nearest rank, so p99 of 50 gaps is the largest but one)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1)))))
-    return ordered[rank]
-
-
 def summarize(receipts: Sequence[float], now: float, delays: Sequence[float] = (),
               before: float | None = None) -> StreamSummary:
     """``receipts``: monotonic receipt times (s), in order; ``delays``: receipt - stamp (s) of stamped
@@ -54,7 +47,7 @@ def summarize(receipts: Sequence[float], now: float, delays: Sequence[float] = (
         return StreamSummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, float("inf") if before is None else now - before,
                              None, None)
     times = ([before] if before is not None else []) + list(receipts)
-    gaps = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
+    gaps = [(b - a) * 1e3 for a, b in zip(times, times[1:])] or [0.0]
     span = times[-1] - times[0]
     rate = len(gaps) / span if span > 0 else 0.0
     stamped = [d * 1e3 for d in delays]
