@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
 
-    from flashrt_ros.ros.spinning import BackgroundExecutor
+    from flashrt_ros.client.background_executor import BackgroundExecutor
     rclpy.init()
     ros = rclpy.create_node("interrupt_contract")
     spinner = BackgroundExecutor(MultiThreadedExecutor(num_threads=4))

@@ -67,7 +67,7 @@ from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
 TASK = "pick up the red cube and put it in the box"
 OTHER_TASK = "open the drawer"
-SIDES = ("ours", "lerobot", "compiled")
+SIDES = ("ours-fast", "ours-exact", "lerobot", "compiled")
 
 
 def our_episode(engine: PolicyEngine, observations: list[dict], steps: int) -> dict:
@@ -110,37 +110,56 @@ def write_observations(directory: Path, path: Path, n: int = 4) -> list[dict]:
 
 
 def lerobot_side(directory: Path, kind: str, dtype: str, compiled: bool, args, obs_file: Path, device: str,
-                 tmp: Path) -> dict:
-    """One LeRobot side in the reference process: ``summarize`` of its episodes, its checked actions, its peak."""
+                 tmp: Path, episodes: int | None = None) -> dict:
+    """One LeRobot side in the reference process: ``summarize`` of its episodes, its checked actions, its peak.
+    ``episodes=0``: only the checked episode (the float32 reference of the checks)."""
     from pi_reference import reference_env
     from safetensors.torch import load_file
     name = f"lerobot{' compiled' if compiled else ''} {dtype}"
     out = tmp / f"{name.replace(' ', '_')}.json"
+    n = args.episodes if episodes is None else episodes
     spec = dict(name=name, directory=str(directory), kind=kind, dtype=dtype, compile_model=compiled,
                 compile_mode=args.compile_mode, device=device, observations=str(obs_file), task=TASK,
-                steps=args.steps, episodes=args.episodes, warmup=args.warmup + (1 if compiled else 0),
-                check_steps=args.check_steps, out=str(out), no_tf32=True)
+                steps=args.steps, episodes=n, warmup=args.warmup if n else 0, check_steps=args.check_steps,
+                out=str(out), no_tf32=True, compile_warmup_max=6)
     spec_file = tmp / f"{name.replace(' ', '_')}_spec.json"
     spec_file.write_text(json.dumps(spec))
+    t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pi_reference.bench", str(spec_file)], env=reference_env(),
                           cwd=str(ROOT), capture_output=True, text=True, timeout=args.timeout)
     print(proc.stdout[-2000:], end="", flush=True)
     if proc.returncode != 0:
         return {"error": proc.stderr[-3000:]}
     raw = json.loads(out.read_text())
-    return {**summarize(raw["runs"], ()), "peak_gib": raw["peak_bytes"] / 2**30, "first_episode_ms": raw["first_episode_ms"],
+    result = summarize(raw["runs"], ()) if raw["runs"] else {}
+    return {**result, "peak_gib": raw["peak_bytes"] / 2**30, "first_episode_ms": raw["first_episode_ms"],
+            "warmup": raw.get("warmup"), "process_s": time.perf_counter() - t0,
             "actions": load_file(str(out.with_suffix(".safetensors")))["actions"]}
 
 
-def our_side(directory: Path, dtype: torch.dtype, obs: list[dict], args, device: torch.device, tmp: Path) -> dict:
-    """Our engine: episodes, the checked episode (seed 0), fork draw, re-instruction vs cold replan, capsules."""
+def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict], args, device: torch.device,
+             tmp: Path) -> dict:
+    """Our engine: episodes, the checked episode (seed 0), fork draw, re-instruction vs cold replan, capsules,
+    device memory at each stage of the set-up, and (``--profile``) the replan's kernels and stage times."""
+    gib = 2 ** 30
+    memory = {}
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    policy = load_lerobot_policy(directory, dtype=dtype)
+    t0 = time.perf_counter()
+    policy = load_lerobot_policy(directory, dtype=dtype, numerics=numerics)
+    load_s = time.perf_counter() - t0
     policy.set_default_instruction(TASK)            # every episode (reset) starts with it
+    if device.type == "cuda":
+        policy.to(device)
+        memory["weights_gib"] = torch.cuda.memory_allocated() / gib
+    t0 = time.perf_counter()
     engine = PolicyEngine(policy, device=device, cuda_graph=device.type == "cuda", directory=str(tmp),
                           device_budget_bytes=4 << 30)
+    capture_s = time.perf_counter() - t0
+    if device.type == "cuda":
+        memory.update(engine_gib=torch.cuda.memory_allocated() / gib, engine_peak_gib=torch.cuda.max_memory_allocated()
+                      / gib)
     ours_obs = [{k: v.to(device) for k, v in o.items()} for o in obs]
     try:
         runs = [our_episode(engine, ours_obs, args.steps) for _ in range(args.warmup + args.episodes)]
@@ -169,29 +188,83 @@ def our_side(directory: Path, dtype: torch.dtype, obs: list[dict], args, device:
             reinstruct(engine, OTHER_TASK)
             sync(device)
             fork.append((time.perf_counter() - t0) * 1e3)
+        if device.type == "cuda":
+            memory["peak_gib"] = torch.cuda.max_memory_allocated() / gib
         result.update(redraw_p50_ms=percentile(redraw, 50), cold_replan_p50_ms=percentile(cold, 50),
-                      reinstruct_p50_ms=percentile(fork, 50),
-                      peak_gib=torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0,
+                      reinstruct_p50_ms=percentile(fork, 50), peak_gib=memory.get("peak_gib", 0.0), memory=memory,
+                      load_s=load_s, capture_s=capture_s,
                       capsule=capsule_times(engine, device, engine.arena.live_nbytes()))
     finally:
         engine.close()
+    if args.profile and device.type == "cuda":
+        from benchmarks.pi_profile import kernel_table, stage_times
+        result["kernels"] = kernel_table(policy, ours_obs[0])
+        result["stages"] = stage_times(policy, ours_obs[0])
+        print(f"[pi0] ours {numerics} {dtype}: {result['kernels']['kernels']} kernels, "
+              f"{result['kernels']['device_ms']:.2f} ms of device time; stages {result['stages']}", flush=True)
+    del policy, engine
     return result
 
 
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
+def chunk_errors(actions: torch.Tensor, reference: torch.Tensor, chunk: int) -> dict[str, float]:
+    """Max |a - ref| relative to the largest reference action, over the first chunk and the whole episode."""
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6))
+    n = min(len(actions), len(reference))
+    return {"first_chunk": rel(actions[:chunk], reference[:chunk]), "episode": rel(actions[:n], reference[:n])}
 
 
-def markdown(rows: dict, machine_name: str) -> str:
+#: fp32 sides against LeRobot eager fp32 (TF32 off everywhere): the bound of the published-size GPU test
+FP32_TOLERANCE = 1e-3
+#: a bf16 side may be at most this many times as far from the fp32 reference as LeRobot's own eager bf16 ...
+BF16_FACTOR = 2.0
+#: ... or this far, whichever is larger (two bf16 computations of a 3 B model differ by rounding alone)
+BF16_FLOOR = 2e-2
+
+
+def check_row(row: dict, dtype_name: str, chunk: int) -> list[str]:
+    """Each side's checked episode against the float32 reference; returns the failures (empty: all within)."""
+    ref = row.get("reference", {}).get("actions")
+    if not isinstance(ref, torch.Tensor):
+        return [f"{dtype_name}: no float32 reference: {row.get('reference', {}).get('error', 'not run')[-300:]}"]
+    failures = []
+    lerobot = row.get("lerobot", {})
+    base = None
+    if isinstance(lerobot.get("actions"), torch.Tensor):
+        base = chunk_errors(lerobot["actions"], ref, chunk)["episode"]
+    if dtype_name == "float32":
+        tolerance = FP32_TOLERANCE
+    else:
+        tolerance = max(BF16_FLOOR, BF16_FACTOR * base) if base is not None else BF16_FLOOR
+    for side, s in row.items():
+        if side == "reference":
+            continue
+        if "error" in s:
+            failures.append(f"{side} {dtype_name} failed: {s['error'][-300:]}")
+            continue
+        if not isinstance(s.get("actions"), torch.Tensor):
+            continue
+        s["check"] = {**chunk_errors(s["actions"], ref, chunk), "tolerance": tolerance}
+        if not s["check"]["episode"] <= tolerance:
+            failures.append(f"{side} {dtype_name}: checked episode {s['check']['episode']:.3e} from the float32 "
+                            f"reference, tolerance {tolerance:.1e}")
+    return failures
+
+
+def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
     nan = float("nan")
     lines = ["# π0 / π0.5 over whole episodes: our engine (captured) vs LeRobot eager and LeRobot compiled", "",
-             f"Machine: {machine_name}. Times in ms: median episode (from a reset), replan and pop p50 / p99; peak "
-             "device memory in GiB; Δ: max relative difference of the checked episode's actions from ours.", "",
-             "| policy | cameras | dtype | side | episode | replan p50 / p99 | pop p50 / p99 | peak GiB | Δ vs ours | "
-             "episode speed-up of ours |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"Machine: {machine_name}. Times in ms: median episode (from a reset), replan and pop "
+             "p50 / p99; peak device memory in GiB. Check: the checked episode's max |Δ| relative to the largest "
+             "action of LeRobot eager float32 (TF32 off), over the first chunk and the whole episode; tolerance: "
+             f"float32 sides {FP32_TOLERANCE:.0e}, bf16 sides max({BF16_FLOOR:.0e}, {BF16_FACTOR:g} x LeRobot eager "
+             "bf16's own error).", "",
+             "| policy | cameras | dtype | side | episode | replan p50 / p99 | pop p50 / p99 | peak GiB | "
+             "check first chunk / episode (tolerance) | replan speed-up of ours-fast |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, r in sorted(rows.items()):
         kind, cameras, dtype = key.split("|")
-        ours = r.get("ours", {})
+        fast = r.get("ours-fast", {})
         for side in SIDES:
             s = r.get(side)
             if s is None:
@@ -199,42 +272,68 @@ def markdown(rows: dict, machine_name: str) -> str:
             if "error" in s:
                 lines.append(f"| {kind} | {cameras} | {dtype} | {side} | failed: {s['error'][-200:]!r} |||||")
                 continue
-            speed = (f"{s['episode_ms'] / ours['episode_ms']:.2f}x" if ours.get("episode_ms") and side != "ours"
-                     else "-")
+            if "replan_p50_ms" not in s:
+                continue
+            speed = (f"{s['replan_p50_ms'] / fast['replan_p50_ms']:.2f}x" if fast.get("replan_p50_ms")
+                     and side != "ours-fast" else "-")
+            c = s.get("check", {})
             lines.append(f"| {kind} | {cameras} | {dtype} | {side} | {s['episode_ms']:.1f} | "
                          f"{s['replan_p50_ms']:.2f} / {s['replan_p99_ms']:.2f} | {s['pop_p50_ms']:.3f} / "
-                         f"{s['pop_p99_ms']:.3f} | {s.get('peak_gib', nan):.2f} | {s.get('err_vs_ours', nan):.2e} | "
-                         f"{speed} |")
-    lines += ["", "| policy | cameras | dtype | ours: redraw p50 | cold replan p50 | re-instruct (fork) p50 | "
-              "re-instruct speed-up | snapshot / restore ms | LeRobot compiled first episode ms |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                         f"{s['pop_p99_ms']:.3f} | {s.get('peak_gib', nan):.2f} | "
+                         f"{c.get('first_chunk', nan):.2e} / {c.get('episode', nan):.2e} ({c.get('tolerance', nan):.1e}) "
+                         f"| {speed} |")
+    lines += ["", "| policy | cameras | dtype | ours | redraw p50 | cold replan p50 | re-instruct (fork) p50 | "
+              "snapshot / restore ms | weights / engine / peak GiB | load s / capture s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, r in sorted(rows.items()):
-        o = r.get("ours")
-        if not o or "error" in o:
-            continue
         kind, cameras, dtype = key.split("|")
-        first = r.get("compiled", {}).get("first_episode_ms", nan)
-        lines.append(f"| {kind} | {cameras} | {dtype} | {o['redraw_p50_ms']:.2f} | {o['cold_replan_p50_ms']:.2f} | "
-                     f"{o['reinstruct_p50_ms']:.2f} | {o['cold_replan_p50_ms'] / o['reinstruct_p50_ms']:.2f}x | "
-                     f"{o['capsule']['snapshot_ms']:.3f} / {o['capsule']['restore_ms']:.3f} | {first:.0f} |")
+        for side in ("ours-fast", "ours-exact"):
+            o = r.get(side)
+            if not o or "error" in o:
+                continue
+            m = o.get("memory", {})
+            lines.append(f"| {kind} | {cameras} | {dtype} | {side} | {o['redraw_p50_ms']:.2f} | "
+                         f"{o['cold_replan_p50_ms']:.2f} | {o['reinstruct_p50_ms']:.2f} | "
+                         f"{o['capsule']['snapshot_ms']:.3f} / {o['capsule']['restore_ms']:.3f} | "
+                         f"{m.get('weights_gib', nan):.2f} / {m.get('engine_gib', nan):.2f} / {m.get('peak_gib', nan):.2f}"
+                         f" | {o.get('load_s', nan):.0f} / {o.get('capture_s', nan):.1f} |")
+    profiled = [(k, side, r[side]) for k, r in sorted(rows.items()) for side in ("ours-fast", "ours-exact")
+                if isinstance(r.get(side), dict) and "kernels" in r[side]]
+    if profiled:
+        lines += ["", "## One replan taken apart (graphs off for the kernel count; each stage captured on its own "
+                  "for its time)", "", "| row | side | kernels | summed device ms | vision ms | prefix ms | "
+                  "denoise ms (10 steps) | one expert step + set-up ms |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for key, side, o in profiled:
+            st = o.get("stages", {})
+            lines.append(f"| {key} | {side} | {o['kernels']['kernels']} | {o['kernels']['device_ms']:.2f} | "
+                         f"{st.get('vision_ms', nan):.2f} | {st.get('prefix_ms', nan):.2f} | "
+                         f"{st.get('denoise_ms', nan):.2f} | {st.get('expert_step_ms', nan):.2f} |")
+        for key, side, o in profiled:
+            lines += ["", f"Top kernels, {key} {side}:", "", "| kernel | count | ms |", "| --- | --- | --- |"]
+            lines += [f"| `{t['name']}` | {t['count']} | {t['ms']:.3f} |" for t in o["kernels"]["top"]]
+    if failures:
+        lines += ["", "## Checks failed", ""] + [f"- {f}" for f in failures]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", choices=("pi0", "pi05"), default="pi0")
     ap.add_argument("--cameras", type=int, default=2)
     ap.add_argument("--build", type=Path, help="write the checkpoint here and stop")
     ap.add_argument("--checkpoint", type=Path, help="a checkpoint --build wrote (else one is built in a temp dir)")
-    ap.add_argument("--sides", help=f"any of {SIDES} (default: all; --smoke: ours,lerobot)")
+    ap.add_argument("--sides", help=f"any of {SIDES} (default: all; --smoke: ours-fast,ours-exact,lerobot)")
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--steps", type=int, default=200, help="control steps per episode (chunks of 50)")
     ap.add_argument("--episodes", type=int, default=5, help="timed episodes per side")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed episodes per side first")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed episodes per side first (compiled: until "
+                    "compiling stops, at least 2)")
     ap.add_argument("--check-steps", type=int, default=100, help="steps of the checked episode (seed 0)")
     ap.add_argument("--draws", type=int, default=10, help="timed redraws and re-instructions")
-    ap.add_argument("--compile-mode", default="max-autotune", help="LeRobot's compile_mode")
+    ap.add_argument("--compile-mode", default="reduce-overhead", help="LeRobot's compile_mode")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per LeRobot process")
+    ap.add_argument("--profile", action="store_true", help="kernel table and stage times of our replans (GPU)")
+    ap.add_argument("--no-reference", action="store_true", help="skip LeRobot eager float32 (no checks)")
     ap.add_argument("--smoke", action="store_true", help="reduced sizes, few steps (CPU allowed)")
     ap.add_argument("--out", type=Path, help="markdown table (all rows in --json)")
     ap.add_argument("--json", type=Path, help="rows, merged with what the file already holds")
@@ -246,50 +345,71 @@ def main(argv: list[str] | None = None) -> None:
         args.steps, args.episodes, args.warmup, args.check_steps, args.draws = 12, 1, 0, 12, 2
     if args.build:
         build(args.build, args.kind, args.cameras, args.smoke)
-        return
-    sides = [s for s in (args.sides or ("ours,lerobot" if args.smoke else ",".join(SIDES))).split(",") if s]
+        return 0
+    sides = [s for s in (args.sides or ("ours-fast,ours-exact,lerobot" if args.smoke else ",".join(SIDES))).split(",")
+             if s]
+    unknown = set(sides) - set(SIDES)
+    if unknown:
+        sys.exit(f"unknown sides {sorted(unknown)}: use {SIDES}")
+    failures: list[str] = []
+    rows: dict = json.loads(args.json.read_text()) if args.json and args.json.is_file() else {}
+    rows.pop("provenance", None)
+    name = machine(device)
+
+    def write() -> None:
+        """Everything so far (a run cut short keeps the sides that finished)."""
+        text = markdown(rows, name, failures)
+        if args.out:
+            args.out.write_text(text)
+        if args.json:
+            from benchmarks.provenance import provenance
+            plain = {k: {side: {m: (v.tolist() if isinstance(v, torch.Tensor) else v) for m, v in s.items()}
+                         for side, s in r.items()} for k, r in rows.items()}
+            args.json.write_text(json.dumps({**plain, "provenance": provenance(device)}, indent=1, default=str))
+
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         directory = args.checkpoint or tmp / "checkpoint"
         if args.checkpoint is None:
             build(directory, args.kind, args.cameras, args.smoke)
         case = json.loads((directory / "bench_case.json").read_text())
-        obs = write_observations(directory, tmp / "observations.safetensors")
-        rows = json.loads(args.json.read_text()) if args.json and args.json.is_file() else {}
+        if case["smoke"]:
+            name += " (smoke: reduced sizes)"
+        obs_file = tmp / "observations.safetensors"
+        obs = write_observations(directory, obs_file)
+        chunk = json.loads((directory / "config.json").read_text()).get("n_action_steps", 50)
+        reference = None if args.no_reference else lerobot_side(directory, case["kind"], "float32", False, args,
+                                                               obs_file, str(device), tmp, episodes=0)
         for dtype_name in args.dtypes.split(","):
             if device.type != "cuda" and dtype_name != "float32":
                 continue                                        # bf16 is the GPU path
             key = f"{case['kind']}|{case['cameras']}|{dtype_name}"
-            row = rows.setdefault(key, {})
-            if "ours" in sides:
-                row["ours"] = our_side(directory, getattr(torch, dtype_name), obs, args, device, tmp / "caps")
-            for side, compiled in (("lerobot", False), ("compiled", True)):
-                if side in sides:
-                    row[side] = lerobot_side(directory, case["kind"], dtype_name, compiled, args,
-                                             tmp / "observations.safetensors", str(device), tmp)
-            ours_actions = row.get("ours", {}).get("actions")
-            for side in SIDES:
-                s = row.get(side, {})
-                if isinstance(s.get("actions"), torch.Tensor):
-                    if isinstance(ours_actions, torch.Tensor) and side != "ours":
-                        s["err_vs_ours"] = rel_err(ours_actions, s["actions"])
-                    s["actions"] = s["actions"].tolist()
-                elif isinstance(s.get("actions"), list) and isinstance(ours_actions, torch.Tensor) and side != "ours":
-                    s["err_vs_ours"] = rel_err(ours_actions, torch.tensor(s["actions"]))
-            if isinstance(ours_actions, torch.Tensor):
-                row["ours"]["actions"] = ours_actions.tolist()
-            print(json.dumps({key: {k: {m: v for m, v in s.items() if m != "actions"} for k, s in row.items()}},
-                             default=str), flush=True)
-    name = machine(device) + (" (smoke: reduced sizes)" if case["smoke"] else "")
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    text = markdown(rows, name)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps({**rows}, indent=1, default=str))
-    print(f"load average at the end: {load}")
-
+            row = rows[key] = {}
+            if reference is not None:
+                row["reference"] = reference
+            for side in sides:
+                if side.startswith("ours-"):
+                    try:
+                        row[side] = our_side(directory, getattr(torch, dtype_name), side[len("ours-"):], obs, args,
+                                             device, tmp / "caps")
+                    except Exception as exc:                    # recorded and reported; the run goes on
+                        import traceback
+                        row[side] = {"error": traceback.format_exc()[-3000:]}
+                        print(f"[pi0] {side} {dtype_name} failed: {exc!r}", flush=True)
+                else:
+                    row[side] = lerobot_side(directory, case["kind"], dtype_name, side == "compiled", args, obs_file,
+                                             str(device), tmp)
+                write()
+            if reference is not None:
+                failures += check_row(row, dtype_name, chunk)
+            print(json.dumps({key: {k: {m: v for m, v in s.items() if m not in ("actions", "error")}
+                                    for k, s in row.items()}}, default=str), flush=True)
+            write()
+    print(markdown(rows, name, failures))
+    print(f"load average at the end: {os.getloadavg() if hasattr(os, 'getloadavg') else None}")
+    for f in failures:
+        print(f"[pi0] CHECK FAILED: {f}", flush=True)
+    return 1 if failures else 0
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from std_msgs.msg import Float64MultiArray
 
     from flashrt_ros.msg import EngineStatus
-    from flashrt_ros.ros.spinning import BackgroundExecutor
+    from flashrt_ros.client.background_executor import BackgroundExecutor
 
     work = Path(tempfile.mkdtemp(prefix="robot_rate_"))
     checkpoint = Path(args.checkpoint) if args.checkpoint else work / "act"

@@ -42,7 +42,7 @@ def main() -> int:
     from rclpy.executors import MultiThreadedExecutor
     from flashrt_ros.client import FlashRTClient
     from flashrt_ros.engine.stats import percentile
-    from flashrt_ros.ros.spinning import BackgroundExecutor
+    from flashrt_ros.client.background_executor import BackgroundExecutor
 
     rclpy.init()
     node = rclpy.create_node("bench_client")

@@ -12,7 +12,13 @@
 #   Both need the LeRobot reference wheels (num2words included for SmolVLA) in .whl/.
 #   realtime: planning beside the loop: its GPU tests, then benchmarks.realtime loop (SmolVLA published size, bf16;
 #             Diffusion and ACT at their benchmark sizes) at 30 and 50 Hz (FLASHRT_REALTIME_S seconds per run, 20)
-#   pi0: the π0 / π0.5 GPU tests that need no reference process (captured bodies, re-instruct, beside the loop)
+#   pi0: the π0 / π0.5 GPU tests that need no reference process (captured bodies, re-instruct, fast vs exact) and
+#        the fused row kernels' tests
+#   pi-race: benchmarks.pi0 at the published size (FLASHRT_PI_KIND pi0|pi05, FLASHRT_PI_CAMERAS, FLASHRT_PI_DTYPES,
+#        FLASHRT_PI_SIDES, FLASHRT_PI_TIMEOUT_S per LeRobot process): ours fast / exact with the kernel profile,
+#        LeRobot eager and compiled, every side checked against LeRobot eager float32. Needs the LeRobot reference
+#        wheels in .whl/ (scripts/reference_wheels.sh, without av: .stub/av stands in), transformers 4.53.2 with
+#        tokenizers 0.21.4 and huggingface-hub 0.35.3 in .whl-pi/ (installed to /tmp/pi-ref = .venv/pi-reference)
 #   FLASHRT_PHASE_TIMEOUT_S (default 600) bounds each phase, so one slow phase cannot eat the others'.
 #   FLASHRT_COMMIT / FLASHRT_DIRTY name the code in every JSON when the copy has no .git (benchmarks/provenance.py).
 # Wheels the GPU image lacks (fla) may be given in .whl/ (installed to /tmp/site).
@@ -27,6 +33,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH="$PWD"
 fi
+if ls .whl-pi/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/pi-ref \
+    .whl-pi/*.whl && mkdir -p .venv && ln -sfn /tmp/pi-ref .venv/pi-reference
+fi
+[ -d .stub ] && export PYTHONPATH="$PYTHONPATH:$PWD/.stub"     # stand-ins for wheels too large to carry (av)
 export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
   python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'triton', triton.__version__)"
@@ -69,8 +80,17 @@ case ",$PHASES," in *,realtime,*)
   done ;;
 esac
 case ",$PHASES," in *,pi0,*)
-  timeout "$PT" python3 -m pytest -q -p no:cacheprovider -s test/test_pi0_cuda.py -k "captured or reinstruct" 2>&1 \
-    | tee "$OUT/pi0_gpu_tests.txt" ;;
+  timeout "$PT" python3 -m pytest -q -p no:cacheprovider -s test/test_fused_rows.py test/test_pi0_cuda.py \
+    -k "not published" 2>&1 | tee "$OUT/pi0_gpu_tests.txt" ;;
+esac
+case ",$PHASES," in *,pi-race,*)
+  kind="${FLASHRT_PI_KIND:-pi0}"; cams="${FLASHRT_PI_CAMERAS:-2}"; ckpt="/tmp/${kind}_${cams}cam"
+  [ -f "$ckpt/bench_case.json" ] || timeout "$PT" python3 -m benchmarks.pi0 --kind "$kind" --cameras "$cams" \
+    --build "$ckpt" 2>&1 | tail -5
+  timeout "$PT" python3 -m benchmarks.pi0 --checkpoint "$ckpt" --dtypes "${FLASHRT_PI_DTYPES:-bfloat16}" \
+    --sides "${FLASHRT_PI_SIDES:-ours-fast,ours-exact,lerobot,compiled}" --profile --episodes 3 --draws 5 \
+    --timeout "${FLASHRT_PI_TIMEOUT_S:-600}" --json "$OUT/${kind}_${cams}cam.json" --out "$OUT/${kind}_${cams}cam.md" \
+    2>&1 | tee "$OUT/${kind}_race_log.txt" ;;
 esac
 case ",$PHASES," in *,sessions,*)
   for model in random-hybrid-tiny random-llama-tiny; do

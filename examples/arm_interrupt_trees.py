@@ -58,7 +58,7 @@ from benchmarks.arm_interrupts import CELLS, Episode, Interrupt, summarize  # no
 from flashrt_ros.bt import Reset, Restore, Rollback, RunPolicy, Snapshot  # noqa: E402
 from flashrt_ros.bt.requests import halted_goals_settled  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402
-from flashrt_ros.ros.spinning import BackgroundExecutor  # noqa: E402
+from flashrt_ros.client.background_executor import BackgroundExecutor  # noqa: E402
 from flashrt_ros.sim.arm_task import ReachCriterion, forward_kinematics  # noqa: E402
 from mujoco_interrupt_resume import arm_topics, policy_parameters  # noqa: E402
 
@@ -271,7 +271,7 @@ class Supervisor:
 
     def __init__(self, policy: str, capsule_dir: str) -> None:
         from flashrt_ros.ros.node import FlashRTNode
-        from flashrt_ros.ros.sim_node import SimNode
+        from flashrt_ros.sim.node import SimNode
         self.owns_rclpy = not rclpy.ok()
         if self.owns_rclpy:
             rclpy.init()

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a chec
 
 from flashrt_ros.bt import Restore, ServiceBehaviour, Snapshot  # noqa: E402
 from flashrt_ros.client import FlashRTClient  # noqa: E402
-from flashrt_ros.ros.spinning import BackgroundExecutor  # noqa: E402
+from flashrt_ros.client.background_executor import BackgroundExecutor  # noqa: E402
 from flashrt_ros.sim.arm_policy import trained_policy_spec  # noqa: E402
 from flashrt_ros.sim.arm_task import ReachCriterion, forward_kinematics  # noqa: E402
 
@@ -294,7 +294,7 @@ class Demo:
         self.executor = MultiThreadedExecutor(num_threads=6)
         if not external:
             from flashrt_ros.ros.node import FlashRTNode
-            from flashrt_ros.ros.sim_node import SimNode
+            from flashrt_ros.sim.node import SimNode
             self.sim_node = SimNode("sim", parameter_overrides=[
                 Parameter("seed", value=seed), Parameter("render", value=render),
                 Parameter("image_width", value=image), Parameter("image_height", value=image)])

@@ -32,7 +32,7 @@ def generate_launch_description():
     return LaunchDescription([
         DeclareLaunchArgument("policy", default_value="act", description="trained checkpoint: act or diffusion"),
         SetEnvironmentVariable("MUJOCO_GL", os.environ.get("MUJOCO_GL", "egl")),
-        ExecuteProcess(cmd=[sys.executable, "-m", "flashrt_ros.ros.sim_node", "--ros-args",
+        ExecuteProcess(cmd=[sys.executable, "-m", "flashrt_ros.sim.node", "--ros-args",
                             "-r", "__node:=sim", "-p", "seed:=0"], output="screen"),
         OpaqueFunction(function=_policy_node, args=[params]),
         ExecuteProcess(cmd=[sys.executable, example, "--external", "--policy",

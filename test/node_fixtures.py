@@ -9,7 +9,7 @@ import pytest
 import rclpy
 from rclpy.executors import MultiThreadedExecutor
 
-from flashrt_ros.ros.spinning import BackgroundExecutor
+from flashrt_ros.client.background_executor import BackgroundExecutor
 from rosproc import NodeUnderTest
 
 

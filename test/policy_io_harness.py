@@ -12,7 +12,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 from std_msgs.msg import Float32MultiArray
 
-from flashrt_ros.ros.spinning import BackgroundExecutor
+from flashrt_ros.client.background_executor import BackgroundExecutor
 from waiting import wait_until  # noqa: F401 - re-exported: the robot-I/O tests' condition wait
 
 

@@ -20,7 +20,7 @@ from rclpy.executors import MultiThreadedExecutor
 from std_srvs.srv import Trigger
 
 from flashrt_ros.client import FlashRTClient
-from flashrt_ros.ros.action_client import RaceFreeActionClient
+from flashrt_ros.client.action_client import RaceFreeActionClient
 from waiting import scaled, wait_until
 
 

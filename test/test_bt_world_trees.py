@@ -45,7 +45,7 @@ def world(tmp_path_factory):
     """(sim process, policy node): the arm in lock-step and the trained ACT policy driving it."""
     tmp = tmp_path_factory.mktemp("world")
     sim_log = tmp / "sim.log"
-    sim = start_python(["-m", "flashrt_ros.ros.sim_node", "--ros-args", "-p", "render:=false",
+    sim = start_python(["-m", "flashrt_ros.sim.node", "--ros-args", "-p", "render:=false",
                         "-p", "publish_on_restore:=true", "-p", "seed:=1"], sim_log)
     policy = None
     try:

@@ -156,11 +156,11 @@ def test_sigterm_cancels_the_goal_first_like_ctrl_c(env, tmp_path, client_kind):
 
 
 def test_a_busy_node_names_the_running_goal_and_flashrt_cancel_ends_it(env, tmp_path):
-    from flashrt_ros.goal_lease import goal_key
+    from flashrt_ros.interface.goals import goal_id_hex
     client, actions, status, node = env
     sent = client.run_policy_async(max_steps=100000, lease_s=0.0, owner="a test without a lease")
     handle = wait_until(lambda: sent.done() and sent.result(), 60, "the acceptance")
-    goal = goal_key(handle.goal_id)
+    goal = goal_id_hex(handle.goal_id)
     wait_until(lambda: status.goal() == goal, 60, "the goal on ~/status")
     refused = tmp_path / "refused.log"
     second = start_python(cli(node, "run-policy", "--max-steps", "3"), refused)

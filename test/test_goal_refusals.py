@@ -10,7 +10,7 @@ from rclpy.action import ActionClient
 from rclpy.parameter import Parameter
 
 from flashrt_ros.action import Generate, RunPolicy
-from flashrt_ros.ros.action_client import RaceFreeActionClient  # the peer is already spinning
+from flashrt_ros.client.action_client import RaceFreeActionClient  # the peer is already spinning
 from flashrt_ros.runtime.errors import ErrorCode
 from policy_io_harness import RosHarness, wait_until
 

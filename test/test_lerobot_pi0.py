@@ -188,7 +188,7 @@ def test_policy_parameter_loads_pi_with_its_default_instruction(checkpoints, tmp
     from flashrt_ros.engine.factory import build_engine
     case = checkpoints["pi05_one_camera_meanstd_truncated"]
     config = SimpleNamespace(engine_kind="policy", policy=f"lerobot:{case.directory}", policy_instruction=case.task,
-                             device="cpu", dtype="auto", capsule_directory=str(tmp_path / "caps"),
+                             device="cpu", dtype="auto", numerics="auto", capsule_directory=str(tmp_path / "caps"),
                              capsule_device_budget_mb=64, capsule_host_budget_mb=64, capsule_disk_budget_mb=64,
                              rollback_depth=2, default_tier="device", boundary_timeout_s=5.0)
     engine = build_engine(config, log=lambda _: None)

@@ -137,7 +137,7 @@ def test_policy_instruction_parameter_starts_every_episode(tmp_path, vlm_dir):
     from flashrt_ros.engine.factory import build_engine
     directory, _, _ = make_smolvla_checkpoint(tmp_path / "ckpt", CASES["half_expert_minmax"], vlm_dir)
     config = SimpleNamespace(engine_kind="policy", policy=f"lerobot:{directory}", policy_instruction=TASK,
-                             device="cpu", dtype="float32", capsule_directory=str(tmp_path / "caps"),
+                             device="cpu", dtype="float32", numerics="auto", capsule_directory=str(tmp_path / "caps"),
                              capsule_device_budget_mb=64, capsule_host_budget_mb=64, capsule_disk_budget_mb=64,
                              rollback_depth=2, default_tier="device", boundary_timeout_s=5.0)
     engine = build_engine(config, log=lambda _: None)

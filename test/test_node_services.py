@@ -164,7 +164,7 @@ def test_cancel_stops_at_a_boundary_and_state_stays_restorable(client):
 
 
 def test_a_second_goal_is_refused_with_busy_naming_the_running_one(client):
-    from flashrt_ros.goal_lease import goal_key
+    from flashrt_ros.interface.goals import goal_id_hex
     started = threading.Event()
     handle = client._wait(client.generate_async("go", feedback=lambda fb: started.set(),
                                                 max_new_tokens=200, reset=True), 10)
@@ -174,8 +174,8 @@ def test_a_second_goal_is_refused_with_busy_naming_the_running_one(client):
     assert refused.status == GoalStatus.STATUS_ABORTED and not refused.result.success
     assert refused.result.error_code == ErrorCode.BUSY
     message = refused.result.message
-    assert goal_key(handle.goal_id) in message and client.owner in message, message
-    assert f"flashrt cancel {goal_key(handle.goal_id)}" in message, message
+    assert goal_id_hex(handle.goal_id) in message and client.owner in message, message
+    assert f"flashrt cancel {goal_id_hex(handle.goal_id)}" in message, message
     client._wait(handle.cancel_goal_async(), 10)
     client._wait(handle.get_result_async(), 60)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flashrt_ros.runtime.errors import ErrorCode
+from flashrt_ros.interface.errors import ErrorCode
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICES = ["Snapshot", "Restore", "Fork", "Rollback", "Drop", "ListCapsules", "Save", "Load",
@@ -26,7 +26,7 @@ def test_every_interface_imports_next_to_the_library():
 
 
 @pytest.mark.parametrize("name", SERVICES)
-def test_service_responses_carry_status_and_the_runtime_error_codes(name):
+def test_service_responses_carry_status_and_the_declared_error_codes(name):
     import flashrt_ros.srv as srv
 
     response_type = getattr(srv, name).Response
@@ -110,13 +110,3 @@ def test_library_runtime_models_and_engine_never_import_ros():
     leaked = {str(p.relative_to(REPO)): sorted(_imported_top_levels([p]) & ROS_PACKAGES)
               for p in ros_free if _imported_top_levels([p]) & ROS_PACKAGES}
     assert not leaked
-
-
-def test_docs_parameters_table_is_current():
-    from flashrt_ros.ros.parameters import markdown_table
-    assert markdown_table() in (REPO / "docs" / "parameters.md").read_text()
-
-
-def test_docs_robot_io_parameters_table_is_current():
-    from flashrt_ros.ros.robot_io_params import markdown_table
-    assert markdown_table() in (REPO / "docs" / "robot_io.md").read_text()

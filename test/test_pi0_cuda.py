@@ -24,16 +24,23 @@ def cuda_obs(i: int, cfg) -> dict:
     return {k: v.cuda() for k, v in tiny_observation(i, cfg).items()}
 
 
-def engine(tmp_path, name: str, pi05: bool, graphs: bool, task: str = TASK) -> PolicyEngine:
-    e = PolicyEngine(tiny_pi(pi05), device="cuda", cuda_graph=graphs, directory=str(tmp_path / name))
+def engine(tmp_path, name: str, pi05: bool, graphs: bool, task: str = TASK, numerics: str = "exact",
+           dtype: torch.dtype = torch.float32) -> PolicyEngine:
+    policy = tiny_pi(pi05)
+    if dtype != torch.float32:
+        policy.cast(dtype)
+    policy.use_numerics(numerics)
+    e = PolicyEngine(policy, device="cuda", cuda_graph=graphs, directory=str(tmp_path / name))
     set_instruction(e, task)
     return e
 
 
+@pytest.mark.parametrize("numerics", ["exact", "fast"])
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_captured_bodies_replay_eager_and_restore_bit_identically(kind, tmp_path):
+def test_captured_bodies_replay_eager_and_restore_bit_identically(kind, numerics, tmp_path):
     pi05 = KINDS[kind]
-    eager, graph = engine(tmp_path, "e", pi05, False), engine(tmp_path, "g", pi05, True)
+    eager = engine(tmp_path, "e", pi05, False, numerics=numerics)
+    graph = engine(tmp_path, "g", pi05, True, numerics=numerics)
     assert graph.status()["cuda_graph"] and not eager.status()["cuda_graph"]     # four graphs captured
     cfg = graph.policy.cfg
     ref = torch.stack([eager.step(cuda_obs(i, cfg)) for i in range(17)])
@@ -58,12 +65,13 @@ def test_captured_bodies_replay_eager_and_restore_bit_identically(kind, tmp_path
     assert (graph.arena[q] - eager.arena[q]).abs().max() <= 1e-5 * eager.arena[q].abs().max()
 
 
+@pytest.mark.parametrize("numerics", ["exact", "fast"])
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_reinstruct_graph_equals_a_cold_graph_replan(kind, tmp_path):
+def test_reinstruct_graph_equals_a_cold_graph_replan(kind, numerics, tmp_path):
     """Through the captured replan-from-context graph, a fork re-instructed from the stored image tokens
     gives the chunk (and continuation) of an episode captured with that instruction from the start."""
     pi05 = KINDS[kind]
-    source = engine(tmp_path, "src", pi05, True)
+    source = engine(tmp_path, "src", pi05, True, numerics=numerics)
     cfg = source.policy.cfg
     source.step(cuda_obs(0, cfg))
     source.capsules.snapshot("scene")
@@ -71,8 +79,29 @@ def test_reinstruct_graph_equals_a_cold_graph_replan(kind, tmp_path):
     source.capsules.restore("branch")
     reinstruct(source, OTHER)
     forked = torch.stack([source.step(cuda_obs(i, cfg)) for i in range(11)])
-    cold = engine(tmp_path, "cold", pi05, True, task=OTHER)
+    cold = engine(tmp_path, "cold", pi05, True, task=OTHER, numerics=numerics)
     assert torch.equal(forked, torch.stack([cold.step(cuda_obs(i, cfg)) for i in range(11)]))
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-4), (torch.bfloat16, 5e-2)])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fast_graphs_match_exact_eager(kind, dtype, tolerance, tmp_path):
+    """The fast numerics (fused kernels, captured) against the exact ones (eager) over three chunks: the same
+    function within rounding (float32: TF32 off; bf16: two bf16 computations); the prefix KV rows too."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    pi05 = KINDS[kind]
+    exact = engine(tmp_path, "x", pi05, False, dtype=dtype)
+    fast = engine(tmp_path, "f", pi05, True, numerics="fast", dtype=dtype)
+    cfg = fast.policy.cfg
+    ref = torch.stack([exact.step(cuda_obs(i, cfg)) for i in range(15)])
+    ours = torch.stack([fast.step(cuda_obs(i, cfg)) for i in range(15)])
+    err = float((ours - ref).abs().max() / ref.abs().max())
+    print(f"{kind} {dtype} fast vs exact: {err:.2e}")
+    assert err <= tolerance
+    key = exact.policy.KEY + "1"
+    kerr = float((fast.arena[key].float() - exact.arena[key].float()).abs().max() / exact.arena[key].float().abs().max())
+    assert kerr <= tolerance
+    assert int(fast.arena[fast.policy.PREFIX_LEN]) == int(exact.arena[exact.policy.PREFIX_LEN])
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

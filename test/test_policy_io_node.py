@@ -14,9 +14,9 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
+from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.models.policy_features import FeatureSpec
 from flashrt_ros.msg import EngineStatus
-from flashrt_ros.ros.robot_io_params import RobotIOConfig
 from policy_io_harness import GENEROUS_AGE_S, Feeder, RosHarness, wait_until
 
 OBS = lambda i: Float32MultiArray(data=[0.01 * (i % 13), -0.2, 0.0, 0.05, 0.5, -0.5])  # noqa: E731
@@ -164,11 +164,11 @@ class _RecordingEngine:
 
 
 def test_camera_and_state_reach_the_policy_as_declared_features(ros):
-    from flashrt_ros.ros.policy_io import PolicyIO
+    from flashrt_ros.ros.policy_io import PolicyTopics
     engine = _RecordingEngine()
     io = RobotIOConfig(input_state_topic="/cam_test/state", input_image_topics=("/cam_test/front",),
                        output_topic="/cam_test/action", max_observation_age_s=GENEROUS_AGE_S)
-    policy_io = PolicyIO(ros.peer, engine, SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+    policy_io = PolicyTopics(ros.peer, engine, SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
                                                            qos_deadline_factor=0.0), io, None)
     bgr = np.zeros((12, 16, 3), np.uint8)
     bgr[:, :, 0] = 255                                                  # pure blue in BGR order
@@ -242,12 +242,12 @@ class _LogRecordingNode:
 def _camera_and_state_io(ros, prefix: str, engine, states: list, camera: str = "front", **io_fields):
     from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 
-    from flashrt_ros.ros.policy_io import PolicyIO
+    from flashrt_ros.ros.policy_io import PolicyTopics
     io = RobotIOConfig(input_state_topic=f"/{prefix}/state", input_image_topics=(f"/{prefix}/{camera}",),
                        output_topic=f"/{prefix}/action", **io_fields)
     node = _LogRecordingNode(ros.peer)
     holder: dict = {}
-    policy_io = PolicyIO(node, engine, SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+    policy_io = PolicyTopics(node, engine, SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
                                                        qos_deadline_factor=0.0), io,
                          MutuallyExclusiveCallbackGroup(),
                          on_inputs_change=lambda: states.append((holder["io"].inputs_state,
@@ -326,12 +326,12 @@ def test_unsupported_encoding_is_refused_once_counted_and_reported(ros):
     (dict(input_image_topics=()), "input_image_topics"),
 ])
 def test_inputs_that_cannot_serve_the_policy_are_refused_naming_the_parameter(ros, fields, parameter):
-    from flashrt_ros.ros.policy_io import PolicyIO
+    from flashrt_ros.ros.policy_io import PolicyTopics
     from flashrt_ros.runtime.errors import InvalidArgument
     base = dict(input_state_topic="/v/state", input_image_topics=("/v/front",), output_topic="/v/action")
     base.update(fields)
     with pytest.raises(InvalidArgument, match=parameter):
-        PolicyIO(ros.peer, _RecordingEngine(), SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+        PolicyTopics(ros.peer, _RecordingEngine(), SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
                                                                qos_deadline_factor=0.0),
                  RobotIOConfig(**base), None)
 
@@ -361,13 +361,13 @@ def test_compressed_camera_topic_feeds_the_feature_of_its_base_name(ros):
 
 def test_every_input_and_output_problem_is_named_in_one_start(ros):
     # three mistakes at once: a user fixes them in one restart, not one per start (issue #50)
-    from flashrt_ros.ros.policy_io import PolicyIO
+    from flashrt_ros.ros.policy_io import PolicyTopics
     from flashrt_ros.runtime.errors import InvalidArgument
     io = RobotIOConfig(input_state_topic="", input_joint_state_topic="/all/joints", input_joint_names=("a", "b", "c"),
                        input_image_topics=("/all/front",), input_image_features=("observation.images.top",),
                        output_type="joint_state", output_topic="/all/action", output_joint_names=("j1",))
     with pytest.raises(InvalidArgument) as refused:
-        PolicyIO(ros.peer, _RecordingEngine(), SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+        PolicyTopics(ros.peer, _RecordingEngine(), SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
                                                                qos_deadline_factor=0.0), io, None)
     text = str(refused.value)
     assert text.startswith("4 problems: (1) ") and "(4) output_joint_names names 1 joints" in text, text

@@ -60,8 +60,9 @@ def test_every_flashrt_command_parses_and_names_declared_parameters():
     from rclpy.parameter import get_parameter_value, parameter_value_to_python
 
     from flashrt_ros.cli import _parser
-    from flashrt_ros.ros.parameters import PARAMS, check_value
-    from flashrt_ros.ros.robot_io_params import ROBOT_IO_PARAMS
+    from flashrt_ros.interface.node_params import PARAMS
+    from flashrt_ros.interface.parameters import check_value
+    from flashrt_ros.interface.robot_io_params import ROBOT_IO_PARAMS
     declared = {p.name: p for p in (*PARAMS, *ROBOT_IO_PARAMS)}
     checked = 0
     for block in BLOCKS:

@@ -10,13 +10,14 @@ import sys
 import pytest
 import torch
 
+from flashrt_ros.interface.qos import resolve_topic
+from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.models.lerobot.checkpoint import declared_input_features
 from flashrt_ros.models.policy_features import FeatureSpec
 from flashrt_ros.robot_io import synthetic
 from flashrt_ros.robot_io.command_stats import summarize
 from flashrt_ros.robot_io.images import image_feature
-from flashrt_ros.ros.fake_sensors import fake_streams, resolve, suggested_parameters
-from flashrt_ros.ros.robot_io_params import RobotIOConfig
+from flashrt_ros.ros.fake_sensors import fake_streams, suggested_parameters
 from flashrt_ros.runtime.errors import InvalidArgument
 from flashrt_ros.sim.arm_policy import TRAINED
 from node_fixtures import active_node, client_of, ros_node  # noqa: F401 - fixture
@@ -67,7 +68,8 @@ def test_fake_streams_follow_the_nodes_plan_and_refuse_what_the_node_would():
     joints = streams["/joint_states"].make(0, 1.0)
     assert list(joints.name) == params["input_joint_names"] and len(joints.position) == 5
     io = RobotIOConfig(input_state_topic="~/obs", input_image_topics=("cam",))
-    assert resolve("~/obs", "/robot1/flashrt") == "/robot1/flashrt/obs" and resolve("cam", "/robot1/flashrt") == "/robot1/cam"
+    assert resolve_topic("~/obs", "/robot1/flashrt") == "/robot1/flashrt/obs"
+    assert resolve_topic("cam", "/robot1/flashrt") == "/robot1/cam"
     with pytest.raises(InvalidArgument, match=r"^\d problems: .*input_image_features.*missing"):
         fake_streams(io, CAMERAS, "/robot1/flashrt", lambda: _Stamp())
 

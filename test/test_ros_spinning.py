@@ -8,7 +8,7 @@ import gc
 import rclpy
 from rclpy.executors import MultiThreadedExecutor
 
-from flashrt_ros.ros.spinning import BackgroundExecutor
+from flashrt_ros.client.background_executor import BackgroundExecutor
 from waiting import wait_until
 
 

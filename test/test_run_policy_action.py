@@ -10,7 +10,7 @@ from rclpy.parameter import Parameter
 from std_msgs.msg import Float32MultiArray
 
 from flashrt_ros.action import Generate, RunPolicy
-from flashrt_ros.ros.action_client import RaceFreeActionClient  # the peer is already spinning
+from flashrt_ros.client.action_client import RaceFreeActionClient  # the peer is already spinning
 from policy_io_harness import Feeder, RosHarness, wait_until
 
 OBS = lambda i: Float32MultiArray(data=[0.01 * (i % 13), -0.2, 0.0, 0.05, 0.5, -0.5])  # noqa: E731
@@ -86,11 +86,11 @@ def test_cancel_stops_at_a_boundary_and_rolls_back_when_asked(ros, goal_node, ro
 def test_a_cancelled_goal_sent_one_feedback_per_reported_step(ros, goal_node):
     from unique_identifier_msgs.msg import UUID
 
-    from flashrt_ros.ros.service_qos import FEEDBACK_QOS
+    from flashrt_ros.interface.qos import FEEDBACK_QOS
     goal_node.set_parameters([Parameter("rollback_on_cancel", value=False)])
     received: list = []
     ros.peer.create_subscription(RunPolicy.Impl.FeedbackMessage, "/runp/flashrt/run_policy/_action/feedback",
-                                 received.append, FEEDBACK_QOS)
+                                 received.append, FEEDBACK_QOS.profile())
     client = RaceFreeActionClient(ros.peer, RunPolicy, "/runp/flashrt/run_policy")
     assert client.wait_for_server(timeout_sec=30)
     goal_id = UUID(uuid=list(range(16)))

@@ -1,6 +1,7 @@
-"""Each capsule verb is declared once (``flashrt_ros/ros/service_verbs.py``) and every front-end is
-made from that declaration: the declaration agrees with the .srv files, the CLI, the client and
-both behaviour-tree front-ends offer exactly what it says, and the generated docs are current."""
+"""Each capsule verb is declared once (``flashrt_ros/interface/services.py``) and every front-end is
+made from that declaration: the declaration agrees with the .srv files, the node has a handler for
+exactly the declared verbs, and the CLI, the client and both behaviour-tree front-ends offer exactly
+what it says (the generated docs: ``test_generated_artefacts.py``)."""
 from __future__ import annotations
 
 import inspect
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flashrt_ros.ros.service_verbs import BY_NAME, VERBS
+from flashrt_ros.interface.services import BY_NAME, VERBS
 
 REPO = Path(__file__).resolve().parents[1]
 #: rosidl field types a declared field type stands for
@@ -62,21 +63,64 @@ def test_tree_nodes_and_behaviours_are_made_from_the_declarations():
                           *(f.arg_name for f in verb.fields if not f.positional), "timeout_s"]
 
 
+def test_the_node_has_a_handler_for_exactly_the_declared_verbs():
+    from flashrt_ros.ros.verb_handlers import HANDLERS
+    assert set(HANDLERS) == set(BY_NAME)
+
+
 def test_a_field_below_its_minimum_is_refused_by_the_declaration():
-    from flashrt_ros.runtime.errors import InvalidArgument
     rollback = BY_NAME["rollback"]
-    with pytest.raises(InvalidArgument, match="steps must be >= 1"):
-        rollback.check_request(rollback.srv.Request(steps=0), "llm")
-    with pytest.raises(InvalidArgument, match="pause applies to engine_kind=policy"):
-        BY_NAME["pause"].check_request(BY_NAME["pause"].srv.Request(), "llm")
+    assert rollback.refusal(rollback.srv.Request(steps=0), "llm") == "steps must be >= 1"
+    assert rollback.refusal(rollback.srv.Request(steps=1), "policy") is None
+    assert BY_NAME["pause"].refusal(BY_NAME["pause"].srv.Request(), "llm") == "pause applies to engine_kind=policy"
 
 
-def test_docs_services_table_is_current():
-    from flashrt_ros.ros.service_verbs import services_markdown
-    assert services_markdown() in (REPO / "docs" / "services.md").read_text(), \
-        "regenerate: python -m flashrt_ros.ros.service_verbs"
+# --- the actions ---------------------------------------------------------------------------------
+from flashrt_ros.interface.actions import ACTIONS  # noqa: E402
 
 
-def test_docs_cli_commands_table_is_current():
-    from flashrt_ros.cli import verb_commands_markdown
-    assert verb_commands_markdown() in (REPO / "docs" / "cli.md").read_text()
+@pytest.mark.parametrize("decl", ACTIONS, ids=lambda a: a.name)
+def test_declared_goal_fields_are_the_goal_fields_of_the_action(decl):
+    in_action = decl.action.Goal.get_fields_and_field_types()
+    assert [f.name for f in decl.goal] == list(in_action), f"{decl.name}: declaration and .action differ"
+    for f in decl.goal:
+        assert in_action[f.name] in _ROSIDL[f.kind], f"{decl.name}.{f.name}: {f.kind.__name__} vs {in_action[f.name]}"
+    results = decl.action.Result.get_fields_and_field_types()
+    for o in decl.outputs:
+        assert results[o.name] in _ROSIDL[o.kind], f"{decl.name} result {o.name}"
+
+
+def test_every_action_file_is_one_declared_action():
+    assert {a.action.__name__ for a in ACTIONS} == {p.stem for p in (REPO / "action").glob("*.action")}
+
+
+@pytest.mark.parametrize("decl", ACTIONS, ids=lambda a: a.name)
+def test_the_client_sends_the_declared_defaults_and_refuses_an_unknown_field(decl):
+    goal = decl.goal_message()
+    assert {f.name: getattr(goal, f.name) for f in decl.goal} == {f.name: f.default for f in decl.goal}
+    with pytest.raises(ValueError, match=f"{decl.name}: unknown goal field 'speed'"):
+        decl.goal_message(speed=2)
+
+
+@pytest.mark.parametrize("decl", ACTIONS, ids=lambda a: a.name)
+def test_the_cli_and_the_tree_node_offer_the_goal_fields_as_declared(decl):
+    from flashrt_ros.bt.nodes import BY_ID
+    from flashrt_ros.cli import _parser
+    from flashrt_ros.cli.goal_commands import goal_fields
+    argv = [decl.command] + ["x" for f in decl.cli_fields if f.positional]
+    given = goal_fields(decl, _parser().parse_args(argv))
+    assert given == {f.name: ("x" if f.positional else (not f.default if f.cli_inverted else f.default))
+                     for f in decl.cli_fields}
+    node = BY_ID[decl.tree_id]
+    assert node.verb == decl.name and node.doc == decl.tree_doc
+    ports = {p.name: p.default for p in node.inputs}
+    assert {f.name: f.default for f in decl.tree_fields}.items() <= ports.items()
+    assert [p.name for p in node.ports if p.output] == [o.name for o in decl.outputs]
+
+
+def test_the_generate_command_turns_raw_into_no_chat_template():
+    from flashrt_ros.cli import _parser
+    from flashrt_ros.cli.goal_commands import goal_fields
+    from flashrt_ros.interface.actions import GENERATE
+    assert goal_fields(GENERATE, _parser().parse_args(["generate", "hi"]))["use_chat_template"] is True
+    assert goal_fields(GENERATE, _parser().parse_args(["generate", "hi", "--raw"]))["use_chat_template"] is False

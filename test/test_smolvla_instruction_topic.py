@@ -10,7 +10,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray, String
 
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.ros.robot_io_params import RobotIOConfig
+from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from policy_io_harness import Feeder, RosHarness, wait_until
 from test_smolvla_capsules import tiny_policy
 
@@ -33,13 +33,13 @@ def word_tokenizer(path):
 
 
 def test_an_instruction_on_the_topic_becomes_the_policys_instruction(ros, tmp_path):
-    from flashrt_ros.ros.policy_io import PolicyIO
+    from flashrt_ros.ros.policy_io import PolicyTopics
     policy = tiny_policy()
     policy.tokenizer_file = word_tokenizer(tmp_path / "tokenizer.json")
     engine = PolicyEngine(policy, directory=str(tmp_path / "caps"))
     io = RobotIOConfig(input_state_topic="/vla_topic/state", input_image_topics=("/vla_topic/top",),
                        output_topic="/vla_topic/action")
-    policy_io = PolicyIO(ros.peer, engine, SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+    policy_io = PolicyTopics(ros.peer, engine, SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
                                                            qos_deadline_factor=0.0), io, None)
     actions = ros.collect(Float32MultiArray, "/vla_topic/action")
     frame = Image(height=24, width=40, encoding="rgb8", step=120, data=bytes(range(256)) * 11 + bytes(64))

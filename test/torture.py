@@ -123,7 +123,7 @@ class Torturer:
         from rclpy.executors import MultiThreadedExecutor
 
         from flashrt_ros.client import FlashRTClient
-        from flashrt_ros.ros.spinning import BackgroundExecutor
+        from flashrt_ros.client.background_executor import BackgroundExecutor
 
         self.args = args
         self.node = Node(workdir)

@@ -1,7 +1,7 @@
 """py_trees behaviours for a flashrt node: every capsule verb, RunPolicy, Generate, a pause guard.
 
 The capsule verbs' classes (``Snapshot``, ``Restore``, ...) are made from their declarations in
-``ros/service_verbs.py`` by ``verb_behaviour``: one generic ``ServiceBehaviour``, each verb a table
+``interface/services.py`` by ``verb_behaviour``: one generic ``ServiceBehaviour``, each verb a table
 entry there (its node ID, fields and defaults, as the BehaviorTree.CPP node has them).
 
 The rules (never block a tick, check ``success``, a lost reply ends in TIMEOUT
@@ -31,7 +31,8 @@ from py_trees.common import Status
 
 from flashrt_ros.bt.requests import (DEFAULT_TIMEOUT_S, GoalRequest, Progress, ServiceRequest, StepBudget,
                                      check_status, run_policy_fields, status_watch)
-from flashrt_ros.ros.service_verbs import VERBS, ServiceVerb
+from flashrt_ros.interface.actions import RUN_POLICY
+from flashrt_ros.interface.services import VERBS, ServiceVerb
 
 _STATUS = {Progress.RUNNING: Status.RUNNING, Progress.SUCCESS: Status.SUCCESS, Progress.FAILURE: Status.FAILURE}
 
@@ -74,7 +75,7 @@ class ServiceBehaviour(py_trees.behaviour.Behaviour):
 
 
 def verb_behaviour(verb: ServiceVerb) -> type[ServiceBehaviour]:
-    """A capsule verb's behaviour class, from its declaration (``ros/service_verbs.py``).
+    """A capsule verb's behaviour class, from its declaration (``interface/services.py``).
 
     Named like its BehaviorTree.CPP node; its constructor is ``(name, client, <positional
     fields>, *, <other fields>=<default>, timeout_s=DEFAULT_TIMEOUT_S)``, each field under its
@@ -110,7 +111,7 @@ def verb_behaviour(verb: ServiceVerb) -> type[ServiceBehaviour]:
 
 
 #: One class per capsule verb that has a tree node: Snapshot, Restore, Fork, Drop, Rollback, Reset,
-#: SwitchSession, PausePolicy, ResumePolicy (and whatever ``service_verbs.VERBS`` adds).
+#: SwitchSession, PausePolicy, ResumePolicy (and whatever ``interface.services.VERBS`` adds).
 VERB_BEHAVIOURS: dict[str, type[ServiceBehaviour]] = {
     verb.tree.id: verb_behaviour(verb) for verb in VERBS if verb.tree is not None}
 globals().update(VERB_BEHAVIOURS)
@@ -164,6 +165,9 @@ class GoalBehaviour(py_trees.behaviour.Behaviour):
 class RunPolicy(GoalBehaviour):
     """Run the hosted policy for ``max_steps`` steps and/or ``max_duration_s`` seconds (a RunPolicy goal).
 
+    ``goal_fields``: the goal fields a tree gives (``interface.actions.RUN_POLICY``: ``max_steps``,
+    ``max_duration_s``, ``session``, ``rollback_on_cancel``; each defaults to its declaration's).
+
     SUCCESS when the goal ends by its limits; FAILURE when it is rejected or
     aborted (error code and message from the node) or after ``timeout_s`` (0:
     none). Interrupted, it cancels the goal: the node stops between two policy
@@ -177,18 +181,20 @@ class RunPolicy(GoalBehaviour):
 
     action = "run_policy"
 
-    def __init__(self, name: str, client: Any, *, max_steps: int = 0, max_duration_s: float = 0.0,
-                 session: str = "", rollback_on_cancel: bool = False, timeout_s: float = 0.0,
-                 answer_timeout_s: float = DEFAULT_TIMEOUT_S, resume_after_halt: bool = False) -> None:
+    def __init__(self, name: str, client: Any, *, timeout_s: float = 0.0, answer_timeout_s: float = DEFAULT_TIMEOUT_S,
+                 resume_after_halt: bool = False, **goal_fields: Any) -> None:
         super().__init__(name, client, timeout_s=timeout_s, answer_timeout_s=answer_timeout_s)
-        self.fields = dict(max_steps=int(max_steps), max_duration_s=float(max_duration_s), session=session,
-                           rollback_on_cancel=bool(rollback_on_cancel))
+        declared = {f.name: f.default for f in RUN_POLICY.tree_fields}
+        unknown = sorted(set(goal_fields) - set(declared))
+        if unknown:
+            raise TypeError(f"RunPolicy: unknown goal field(s) {unknown} (known: {', '.join(declared)})")
+        self.fields = {**declared, **goal_fields}
         self.budget = StepBudget() if resume_after_halt else None
         self.steps = 0
         self.last_action: list[float] = []
 
     def goal_fields(self) -> Any:
-        return run_policy_fields(budget=self.budget, **self.fields)
+        return run_policy_fields(self.fields, self.budget)
 
     def update(self) -> Status:
         status = super().update()

@@ -58,7 +58,7 @@ from flashrt_ros.bt.requests import HaltScope, Progress, StepBudget
 from flashrt_ros.bt.topics import TopicCache, TopicError
 from flashrt_ros.bt.tree_xml import (BUILTIN_ATTRIBUTES, BUILTIN_NODES, TreeXMLError, blackboard_key, check_node_ids,
                                      check_ports, parse_literal, replace_timeouts, unsigned_keys)
-from flashrt_ros.runtime.errors import ErrorCode
+from flashrt_ros.interface.errors import ErrorCode
 
 log = logging.getLogger("flashrt_ros.bt")
 #: ``BUILTIN_NODES`` and ``TreeXMLError`` (tree_xml.py's) stay importable from here.

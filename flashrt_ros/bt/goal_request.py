@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from flashrt_ros.bt.progress import BAD_FIELD, DEFAULT_TIMEOUT_S, Progress, describe_failure, tagged
 from flashrt_ros.client import ResultAsking
-from flashrt_ros.runtime.errors import ErrorCode
+from flashrt_ros.interface.errors import ErrorCode
 
 SETTLE_TIMEOUT_S = 30.0     # a halted goal that has not reported by then is given up on
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import enum
 
-from flashrt_ros.runtime.errors import ErrorCode
+from flashrt_ros.interface.errors import ErrorCode
+from flashrt_ros.interface.tree_nodes import DEFAULT_TIMEOUT_S  # noqa: F401 - the trees' default deadline
 
 #: what rclpy and the client raise for a field of the wrong type or range (a tree's bad port value)
 BAD_FIELD = (ValueError, TypeError, AssertionError)
-#: Capsule services answer in milliseconds, but one waits up to the node's boundary_timeout_s
-#: (5 s by default) for a boundary, and a loaded machine adds its own delays: a deadline of a
-#: few seconds failed healthy trees. Retry-safe requests are re-sent meanwhile (requests.py).
-DEFAULT_TIMEOUT_S = 15.0
 
 
 class Progress(enum.Enum):

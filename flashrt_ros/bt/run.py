@@ -167,7 +167,7 @@ def run_tree(path: str, *, node: str = "/flashrt", rate_hz: float = 20.0, groot_
     from flashrt_ros.bt.btcpp import FlashRTTrees, TreeXMLError
     from flashrt_ros.bt.topics import TopicError
     from flashrt_ros.client import FlashRTClient, Terminated
-    from flashrt_ros.goal_lease import DEFAULT_LEASE_S
+    from flashrt_ros.client.lease import DEFAULT_LEASE_S
 
     if rate_hz <= 0:
         print("--rate must be > 0", file=sys.stderr)

@@ -8,7 +8,7 @@ from typing import Any
 from flashrt_ros.bt.goal_request import halted_goals_settled
 from flashrt_ros.bt.progress import BAD_FIELD, DEFAULT_TIMEOUT_S, Progress, describe_failure, tagged
 from flashrt_ros.client import resend_times, retry_safe
-from flashrt_ros.runtime.errors import ErrorCode
+from flashrt_ros.interface.errors import ErrorCode
 
 
 class ServiceRequest:

@@ -4,19 +4,17 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from flashrt_ros.interface.qos import STATUS_QOS, STATUS_TOPIC
+
 
 class StatusWatch:
     """The latest ``~/status`` of one node (transient-local: the last message arrives on subscribing)."""
 
     def __init__(self, client: Any) -> None:
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-
         from flashrt_ros.msg import EngineStatus
-        qos = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                         reliability=ReliabilityPolicy.RELIABLE)
         self.latest: Any = None
-        self._sub = client.node.create_subscription(EngineStatus, f"{client.namespace}/status",
-                                                    self._on_status, qos)
+        self._sub = client.node.create_subscription(EngineStatus, f"{client.namespace}/{STATUS_TOPIC}",
+                                                    self._on_status, STATUS_QOS.profile())
 
     def _on_status(self, msg: Any) -> None:
         self.latest = msg

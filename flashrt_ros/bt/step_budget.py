@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from flashrt_ros.bt.goal_request import GoalRequest
+from flashrt_ros.interface.actions import RUN_POLICY
 
 
 class StepBudget:
@@ -36,16 +37,17 @@ class StepBudget:
         self.left, self._halted = None, None
 
 
-def run_policy_fields(max_steps: int, max_duration_s: float, session: str, rollback_on_cancel: bool,
-                      budget: StepBudget | None) -> dict[str, Any] | Callable[[], dict[str, Any] | None]:
-    """A RunPolicy goal's fields; with a budget, read at send time (None: no step left to run)."""
-    def fields(steps: int) -> dict[str, Any]:
-        return dict(max_steps=int(steps), max_duration_s=float(max_duration_s), session=session,
-                    rollback_on_cancel=bool(rollback_on_cancel))
+def run_policy_fields(fields: dict[str, Any], budget: StepBudget | None
+                      ) -> dict[str, Any] | Callable[[], dict[str, Any] | None]:
+    """A RunPolicy goal's fields (those a tree gives: ``interface.actions.RUN_POLICY.tree_fields``), as
+    their declared types; with a budget, read at send time (None: no step left to run)."""
+    def typed(steps: int) -> dict[str, Any]:
+        return {f.name: f.kind(steps if f.name == "max_steps" else fields[f.name]) for f in RUN_POLICY.tree_fields}
+    max_steps = int(fields["max_steps"])
     if budget is None or not max_steps:
-        return fields(max_steps)
+        return typed(max_steps)
 
     def at_send() -> dict[str, Any] | None:
-        steps = budget.steps_to_send(int(max_steps))
-        return fields(steps) if steps > 0 else None
+        steps = budget.steps_to_send(max_steps)
+        return typed(steps) if steps > 0 else None
     return at_send

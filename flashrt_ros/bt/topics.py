@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
+from flashrt_ros.interface.tree_nodes import COMPARISONS
+
 TOPIC_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE)
 
 
@@ -38,8 +40,8 @@ def adapted_qos(publishers: list[Any]) -> QoSProfile:
     return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
                       durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
 
-OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+OPERATORS: dict[str, Callable[[Any, Any], bool]] = dict(zip(
+    COMPARISONS, (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)))
 
 #: std_msgs scalar types a value can be written to / read from as ``data``: the Python type of ``data``.
 SCALARS: dict[str, type] = {

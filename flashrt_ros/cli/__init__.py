@@ -6,11 +6,11 @@ node (``--node``, its fully qualified name, default /flashrt), plus ``serve``
 namespace) and ``demo`` (the scripted session of the README).
 
 Here: the parser, ``main`` and the dispatch. The commands live by concept:
-``capsule_commands`` (one per capsule verb, made from ``ros/service_verbs.py``),
-``goal_commands`` (generate, run-policy, goals, cancel), ``query_commands``
-(status, param), ``diagnostics_command``, ``robot_tools`` (fake-sensors,
-watch-commands: a robot's topics without the robot); ``exit_status`` has every
-command's exit status.
+``capsule_commands`` (one per capsule verb, made from ``interface/services.py``),
+``goal_commands`` (generate, run-policy: their goal options made from ``interface/actions.py``;
+goals, cancel), ``query_commands`` (status, param), ``diagnostics_command``,
+``robot_tools`` (fake-sensors, watch-commands: a robot's topics without the robot);
+``exit_status`` has every command's exit status.
 """
 from __future__ import annotations
 
@@ -21,14 +21,16 @@ import re
 import sys
 from typing import Any, Sequence
 
-from flashrt_ros.cli.capsule_commands import BY_COMMAND, add_verb_command, call_verb, verb_commands_markdown
+from flashrt_ros.cli.capsule_commands import BY_COMMAND, add_verb_command, call_verb
 from flashrt_ros.cli.diagnostics_command import add_diagnostics_parser, diagnostics_command
 from flashrt_ros.cli.exit_status import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED,
                                          EXIT_UNREACHABLE, EXIT_USAGE, code_name, interrupted_exit)
-from flashrt_ros.cli.goal_commands import cancel_command, generate_command, goals_command, run_policy_command
+from flashrt_ros.cli.goal_commands import (add_goal_command, cancel_command, generate_command, goals_command,
+                                          run_policy_command)
 from flashrt_ros.cli.query_commands import param_command, status_command
 from flashrt_ros.cli.robot_tools import add_robot_tool_parsers, run_robot_tool
-from flashrt_ros.ros.service_verbs import VERBS
+from flashrt_ros.interface.actions import GENERATE, RUN_POLICY
+from flashrt_ros.interface.services import VERBS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,33 +62,15 @@ def _parser() -> argparse.ArgumentParser:
 
     for verb in VERBS:
         add_verb_command(sub, verb)
-    s = sub.add_parser("generate", help="generate text (streams tokens)")
-    s.add_argument("prompt")
-    s.add_argument("--max-new-tokens", type=int, default=0)
-    s.add_argument("--temperature", type=float, default=0.0)
-    s.add_argument("--top-k", type=int, default=0)
-    s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--raw", action="store_true", help="no chat template")
-    s.add_argument("--reset", action="store_true", help="start from an empty context")
+    s = add_goal_command(sub, GENERATE)
     s.add_argument("--max-seconds", type=float, default=600.0,
                    help="give up (and cancel) after this long (default 600)")
-    s.add_argument("--session", default="", help="conversation to continue (default: the current one)")
     s = sub.add_parser("status", help="print the node's ~/status (lifecycle, engine, policy inputs)")
     s.add_argument("--watch", action="store_true", help="print every status message until Ctrl-C")
     s.add_argument("--count", type=int, default=0, metavar="N",
                    help="with --watch: stop after N messages (exit 0)")
     add_diagnostics_parser(sub)
-    s = sub.add_parser("run-policy", help="run the policy for a bounded time (RunPolicy action; "
-                                          "prints each step; Ctrl-C cancels)")
-    s.add_argument("--max-steps", type=int, default=0, metavar="N", help="stop after N policy steps")
-    s.add_argument("--max-duration", type=float, default=0.0, metavar="S", help="stop after S seconds")
-    s.add_argument("--session", default="", help="capsule session to run in (default: the current one)")
-    s.add_argument("--rollback-on-cancel", action="store_true",
-                   help="a cancel (Ctrl-C) restores the state the goal started from")
-    s.add_argument("--stale-timeout", type=float, default=0.0, metavar="S",
-                   help="end the goal (STALE_INPUTS) after S s without fresh inputs (default: the node's "
-                        "goal_stale_timeout_s; < 0: wait for ever)")
+    s = add_goal_command(sub, RUN_POLICY)
     s.add_argument("--quiet", action="store_true", help="no line per step (waiting lines are still printed)")
     s = sub.add_parser("cancel", help="cancel a running goal by its id (from `status` or a BUSY message), "
                                       "or every running goal")
@@ -150,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("fake-sensors", "watch-commands"):
             return run_robot_tool(args)
         if args.command == "demo":
-            from flashrt_ros.demo import run_demo
+            from flashrt_ros.cli.demo import run_demo
             return run_demo(model=args.model, tokens=args.tokens)
         return _call(args)
     except KeyboardInterrupt as interrupt:
@@ -159,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def lease_of(args: argparse.Namespace) -> float:
-    from flashrt_ros.goal_lease import DEFAULT_LEASE_S
+    from flashrt_ros.client.lease import DEFAULT_LEASE_S
     return DEFAULT_LEASE_S if args.lease is None else float(args.lease)
 
 
@@ -242,5 +226,4 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
 
 
 __all__ = ["EXIT_CODES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_UNREACHABLE",
-           "EXIT_USAGE", "BY_COMMAND", "bt_run_options", "cli_hint", "code_name", "interrupted_exit", "main",
-           "verb_commands_markdown"]
+           "EXIT_USAGE", "BY_COMMAND", "bt_run_options", "cli_hint", "code_name", "interrupted_exit", "main"]

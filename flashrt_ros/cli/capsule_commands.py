@@ -1,8 +1,8 @@
-"""The capsule commands: one per verb of ``ros/service_verbs.py``, made from its declaration.
+"""The capsule commands: one per verb of ``interface/services.py``, made from its declaration.
 
 Positional fields become arguments, the others options (a bool one a switch);
 each command prints the node's message and the time the engine took, or (``list``)
-a table. ``verb_commands_markdown`` writes the table of docs/cli.md.
+a table. The table of docs/cli.md is ``interface/docs.capsule_commands_table``.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from typing import Any, Sequence
 
 from flashrt_ros.cli.exit_status import EXIT_OK, EXIT_USAGE
-from flashrt_ros.ros.service_verbs import VERBS, ServiceVerb
+from flashrt_ros.interface.services import VERBS, ServiceVerb
 
 #: capsule verbs by their sub-command (``close-session``)
 BY_COMMAND = {verb.command: verb for verb in VERBS}
@@ -25,27 +25,10 @@ def add_verb_command(sub: Any, verb: ServiceVerb) -> None:
         if f.positional:
             s.add_argument(f.name, type=f.kind if f.kind in (int, float) else None, help=f.doc)
         elif f.kind is bool:
-            s.add_argument(f"--{f.cli_dest.replace('_', '-')}", dest=f.cli_dest, action="store_true", help=f.doc)
+            s.add_argument(f.cli_option, dest=f.cli_dest, action="store_true", help=f.doc)
         else:
-            s.add_argument(f"--{f.cli_dest.replace('_', '-')}", dest=f.cli_dest, type=f.kind, default=f.default,
+            s.add_argument(f.cli_option, dest=f.cli_dest, type=f.kind, default=f.default,
                            choices=f.choices or None, help=f.doc)
-
-
-def verb_usage(verb: ServiceVerb) -> str:
-    """``flashrt snapshot NAME [--tier TIER] [--session SESSION] [--pin] [--overwrite]``."""
-    words = [f"flashrt {verb.command}"] + [f.name.upper() for f in verb.fields if f.positional]
-    for f in verb.fields:
-        if not f.positional:
-            flag = "--" + f.cli_dest.replace("_", "-")
-            words.append(f"[{flag}]" if f.kind is bool else f"[{flag} {f.cli_dest.upper()}]")
-    return " ".join(words)
-
-
-def verb_commands_markdown() -> str:
-    """The capsule commands' table of docs/cli.md (generated; a test keeps the doc current)."""
-    rows = ["| command | service | what |", "| --- | --- | --- |"]
-    rows += [f"| `{verb_usage(v)}` | `~/{v.name}` | {v.summary} |" for v in VERBS]
-    return "\n".join(rows) + "\n"
 
 
 def call_verb(verb: ServiceVerb, args: argparse.Namespace, client: Any) -> int:

@@ -1,6 +1,8 @@
 """The exit status of every ``flashrt`` command, and the error names it prints."""
 from __future__ import annotations
 
+from flashrt_ros.interface.errors import code_name  # noqa: F401 - the names the commands print
+
 #: Exit status of every command (also printed by --help).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 EXIT_CODES = f"""exit status:
@@ -17,12 +19,3 @@ def interrupted_exit(interrupt: BaseException) -> int:
     """130 for Ctrl-C, 143 for SIGTERM (``client.Terminated``)."""
     from flashrt_ros.client import Terminated
     return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
-
-
-def code_name(code: int) -> str:
-    """An error code's name (``STALE_INPUTS``), or its number if this version does not know it."""
-    from flashrt_ros.runtime.errors import ErrorCode
-    try:
-        return ErrorCode(int(code)).name
-    except ValueError:
-        return str(int(code))

@@ -7,11 +7,33 @@ import sys
 from typing import Any
 
 from flashrt_ros.cli.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, code_name, interrupted_exit
+from flashrt_ros.interface.actions import GENERATE, RUN_POLICY, ActionDecl
 
 # An interrupt that got no final result back: a goal sent was cancelled (through its handle, or by id
 # when its acceptance never came), but nothing confirms it ended; say so rather than "cancelled".
 NO_RESULT = ("a cancel was sent for any goal this command had started, but no final result came back; "
              "`flashrt goals` shows whether one still runs (its lease ends it otherwise)")
+
+
+def add_goal_command(sub: Any, decl: ActionDecl) -> argparse.ArgumentParser:
+    """An action's sub-command with its goal fields' options, from their declarations (a positional
+    field as an argument, a bool one as a switch); the caller adds the command's own options."""
+    s = sub.add_parser(decl.command, help=decl.summary)
+    for f in decl.cli_fields:
+        doc = f.cli_help or f.doc
+        if f.positional:
+            s.add_argument(f.name, help=doc)
+        elif f.kind is bool:
+            s.add_argument(f.cli_option, action="store_true", help=doc)
+        else:
+            s.add_argument(f.cli_option, type=f.kind, default=f.default,
+                           metavar=f.cli_metavar, help=doc)
+    return s
+
+
+def goal_fields(decl: ActionDecl, args: argparse.Namespace) -> dict[str, Any]:
+    """The goal fields the command line gives (every option of ``add_goal_command``)."""
+    return {f.name: f.cli_value(getattr(args, f.cli_dest)) for f in decl.cli_fields}
 
 
 def generate_command(args: argparse.Namespace, client: Any) -> int:
@@ -22,13 +44,9 @@ def generate_command(args: argparse.Namespace, client: Any) -> int:
         print(feedback.text_piece, end="", flush=True)
 
     try:
-        outcome = client.generate(args.prompt, feedback=stream, wait_s=args.timeout,
-                                  timeout_s=args.max_seconds,
-                                  max_new_tokens=args.max_new_tokens,
-                                  temperature=args.temperature, top_k=args.top_k,
-                                  top_p=args.top_p, seed=args.seed,
-                                  use_chat_template=not args.raw, reset=args.reset,
-                                  session=args.session)
+        fields = goal_fields(GENERATE, args)
+        outcome = client.generate(fields.pop("prompt"), feedback=stream, wait_s=args.timeout,
+                                  timeout_s=args.max_seconds, **fields)
     except KeyboardInterrupt as interrupt:
         print()
         result = getattr(interrupt, "result", None)
@@ -78,9 +96,7 @@ def run_policy_command(args: argparse.Namespace, client: Any) -> int:
             print(f"step {feedback.steps}: [{action}]", flush=True)
 
     try:
-        outcome = client.run_policy(max_steps=args.max_steps, max_duration_s=args.max_duration,
-                                    session=args.session, rollback_on_cancel=args.rollback_on_cancel,
-                                    feedback=step, wait_s=args.timeout, stale_timeout_s=args.stale_timeout)
+        outcome = client.run_policy(feedback=step, wait_s=args.timeout, **goal_fields(RUN_POLICY, args))
     except KeyboardInterrupt as interrupt:
         result = getattr(interrupt, "result", None)
         if result is None:
@@ -102,7 +118,7 @@ def run_policy_command(args: argparse.Namespace, client: Any) -> int:
 
 
 def cancel_command(args: argparse.Namespace, client: Any) -> int:
-    from flashrt_ros.goal_admin import cancel_goals
+    from flashrt_ros.client.goal_admin import cancel_goals
     cancelled = cancel_goals(client, "" if args.all else args.goal_id, timeout_s=args.timeout)
     if not cancelled:
         print(f"no goal was running on {args.node}")
@@ -114,7 +130,7 @@ def cancel_command(args: argparse.Namespace, client: Any) -> int:
 
 
 def goals_command(args: argparse.Namespace, client: Any) -> int:
-    from flashrt_ros.goal_admin import running_goal
+    from flashrt_ros.client.goal_admin import running_goal
     goal = running_goal(client, timeout_s=args.timeout)
     if goal is None:
         print(f"no goal is running on {args.node}")

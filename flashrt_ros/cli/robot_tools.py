@@ -9,12 +9,11 @@ services: they work before it runs and whatever it does.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from typing import Any
 
 from flashrt_ros.cli.exit_status import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from flashrt_ros.interface.qos import resolve_topic
 
 
 def add_robot_tool_parsers(sub: Any) -> None:
@@ -67,76 +66,35 @@ def fake_sensors_command(args: argparse.Namespace) -> int:
     if args.image_size and size is None:
         print(f"error: --image-size {args.image_size!r}: write it as WIDTHxHEIGHT, e.g. 640x480", file=sys.stderr)
         return EXIT_USAGE
-    from flashrt_ros.runtime.errors import InvalidArgument
+    # the CLI's way into the server side, as `serve`'s is ros.node: the tool runs a ROS node of its own
+    from flashrt_ros.ros.fake_sensors import FakeSensors, Refused, policy_features
     try:
-        features = _features(args)
-    except InvalidArgument as exc:
+        features = policy_features(args.checkpoint, args.policy)
+        sensors = FakeSensors(args.node, features, args.param, args.params_file, args.encoding, size)
+    except Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-    import rclpy
-    from rclpy.parameter import Parameter
-    from rclpy.signals import SignalHandlerOptions
-
-    from flashrt_ros.ros.fake_sensors import fake_streams, publish_forever, suggested_parameters
-    from flashrt_ros.ros.parameters import declare_parameters
-    from flashrt_ros.ros.robot_io_params import ROBOT_IO_PARAMS, read_robot_io_config
-
-    suggested = {} if (args.param or args.params_file) else suggested_parameters(features)
-    ros_args = ["flashrt", "--ros-args"]
-    for extra in args.param:
-        ros_args += ["-p", extra]
-    if args.params_file:
-        ros_args += ["--params-file", args.params_file]
     try:
-        rclpy.init(args=ros_args, signal_handler_options=SignalHandlerOptions.NO)
-    except Exception as exc:  # noqa: BLE001 - rcl's own message on a malformed -p or file
-        print(f"error: the parameters could not be read: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    node = None
-    try:
-        node = rclpy.create_node(f"flashrt_fake_sensors_{os.getpid()}", start_parameter_services=False,
-                                 parameter_overrides=[Parameter(k, value=v) for k, v in suggested.items()])
-        try:
-            declare_parameters(node, ROBOT_IO_PARAMS)
-            io = read_robot_io_config(node)
-            streams = fake_streams(io, features, args.node, lambda: node.get_clock().now().to_msg(),
-                                   encoding=args.encoding, image_size=size)
-        except (InvalidArgument, ValueError, TypeError) as exc:
-            print(f"error: these robot I/O parameters cannot feed the policy's inputs (the node would "
-                  f"refuse them too): {exc}", file=sys.stderr)
-            return EXIT_USAGE
         source = args.checkpoint or args.policy
         print(f"fake sensors for {source} at {args.rate:g} Hz"
               + (f" for {args.duration:g} s" if args.duration else " (Ctrl-C stops)") + ":")
-        width = max(len(s.topic) for s in streams)
-        kinds = max(len(_type_name(s.msg_type)) for s in streams)
-        for s in streams:
+        width = max(len(s.topic) for s in sensors.streams)
+        kinds = max(len(_type_name(s.msg_type)) for s in sensors.streams)
+        for s in sensors.streams:
             print(f"  {s.topic.ljust(width)}  {_type_name(s.msg_type).ljust(kinds)}  {s.what} -> {s.feature}")
+        suggested = sensors.suggested
         if suggested:
             print("no -p / --params-file given: conventional topics; start the node with the same:\n  "
                   + " ".join(_flag(k, v) for k, v in suggested.items() if k != "input_state_topic" or
                              "input_joint_state_topic" not in suggested))
         sys.stdout.flush()
-        rounds, interrupted = publish_forever(node, streams, args.rate, args.duration)
-        print(f"{chr(10) if interrupted else ''}published {rounds} messages on each of {len(streams)} topics")
-        if interrupted:
-            raise KeyboardInterrupt
-        return EXIT_OK
+        rounds, interrupted = sensors.publish(args.rate, args.duration)
+        print(f"{chr(10) if interrupted else ''}published {rounds} messages on each of {len(sensors.streams)} topics")
     finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-
-
-def _features(args: argparse.Namespace) -> dict[str, Any]:
-    """The policy's input features: from the checkpoint's config.json, or the policy built as the node
-    builds it (``--policy``: its weights are loaded)."""
-    if args.checkpoint:
-        from flashrt_ros.models.lerobot.checkpoint import declared_input_features
-        return declared_input_features(args.checkpoint)
-    from flashrt_ros.models.policy_factory import make_policy
-    return dict(make_policy(args.policy).input_features())
+        sensors.close()
+    if interrupted:
+        raise KeyboardInterrupt
+    return EXIT_OK
 
 
 def _image_size(text: str | None) -> tuple[int, int] | None:
@@ -166,72 +124,26 @@ def watch_commands_command(args: argparse.Namespace) -> int:
     if args.interval <= 0 or args.duration < 0:
         print("error: --interval must be > 0 and --duration >= 0", file=sys.stderr)
         return EXIT_USAGE
-    import rclpy
-    from rclpy.signals import SignalHandlerOptions
-
-    from flashrt_ros.bt.topics import TopicError, adapted_qos, message_class
-    from flashrt_ros.robot_io.command_stats import summarize
-    from flashrt_ros.ros.fake_sensors import resolve
-
-    topic = resolve(args.topic, args.node)
-    rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node(f"flashrt_watch_commands_{os.getpid()}")
+    from flashrt_ros.ros.command_watch import CommandWatch, NoPublisher
+    topic = resolve_topic(args.topic, args.node)
     try:
-        type_name = args.msg_type or _graph_type(node, topic, args.timeout)
-        if not type_name:
-            print(f"error: no publisher on {topic} within {args.timeout:.1f} s (is the node active with "
-                  "output_topic set to it? or give --type)", file=sys.stderr)
-            return EXIT_UNREACHABLE
-        try:
-            msg_class = message_class(type_name)
-        except TopicError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        receipts: list[float] = []
-        delays: list[float] = []
-
-        def receive(msg: Any) -> None:
-            now = time.monotonic()
-            receipts.append(now)
-            header = getattr(msg, "header", None)
-            if header is not None and (header.stamp.sec or header.stamp.nanosec):
-                delays.append(time.time() - (header.stamp.sec + header.stamp.nanosec * 1e-9))
-
-        node.create_subscription(msg_class, topic, receive,
-                                 adapted_qos(node.get_publishers_info_by_topic(topic)))
-        print(f"watching {topic} ({type_name})" + (f" for {args.duration:g} s" if args.duration
-                                                   else "; Ctrl-C stops") + ":", flush=True)
-        start = time.monotonic()
-        next_report, shown = start + args.interval, 0
-        try:
-            while not args.duration or time.monotonic() - start < args.duration:
-                rclpy.spin_once(node, timeout_sec=min(0.05, max(0.0, next_report - time.monotonic())))
-                now = time.monotonic()
-                if now >= next_report:
-                    count = len(receipts)
-                    window = summarize(receipts[shown:count], now, before=receipts[shown - 1] if shown else None)
-                    print(f"last {args.interval:g} s: {window.line()}", flush=True)
-                    shown, next_report = count, next_report + args.interval
-        except KeyboardInterrupt:
-            print(f"\nwhole run: {summarize(receipts, time.monotonic(), delays).line()}")
-            raise
-        print(f"whole run: {summarize(receipts, time.monotonic(), delays).line()}")
-        if not receipts:
-            print(f"error: no message on {topic} in {args.duration:g} s", file=sys.stderr)
-            return EXIT_FAILED
-        return EXIT_OK
+        watch = CommandWatch(topic, args.msg_type or "", args.timeout)
+    except NoPublisher as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE if "no publisher" in str(exc) else EXIT_USAGE
+    try:
+        print(f"watching {topic} ({watch.type_name})" + (f" for {args.duration:g} s" if args.duration
+                                                         else "; Ctrl-C stops") + ":", flush=True)
+        interrupted = watch.run(args.interval, args.duration,
+                                lambda s: print(f"last {args.interval:g} s: {s.line()}", flush=True))
+        whole = watch.whole_run()
+        print(f"{chr(10) if interrupted else ''}whole run: {whole.line()}", flush=True)
     finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+        watch.close()
+    if interrupted:
+        raise KeyboardInterrupt
+    if whole.count == 0:
+        print(f"error: no message on {topic} in {args.duration:g} s", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
-
-def _graph_type(node: Any, topic: str, timeout_s: float) -> str:
-    """The topic's type as its publishers advertise it ('' if none appears within ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        types = dict(node.get_topic_names_and_types()).get(topic)
-        if types:
-            return types[0]
-        if time.monotonic() >= deadline:
-            return ""
-        time.sleep(0.1)

@@ -15,7 +15,7 @@ Its rooms, one concept each, put together in ``FlashRTClient``:
 
 - ``core``: errors, the goals' owner, waiting on the client's node, Ctrl-C and
   SIGTERM at safe points;
-- ``services``: the capsule services (every verb of ``ros/service_verbs.py``),
+- ``services``: the capsule services (every verb of ``interface/services.py``),
   a lost reply re-sent only where that is safe (``retry_safe``);
 - ``goals``: goals sent with a lease, a lost acceptance recovered from the
   action's status, a lost result asked for again, cancel by handle or id;
@@ -24,7 +24,7 @@ Its rooms, one concept each, put together in ``FlashRTClient``:
 
 Every wait is bounded and ends in ``TIMEOUT`` (error code 13): a DDS reply can be
 lost for good (ros2/ros2#1253); ``services`` and ``goals`` say what is re-sent.
-``cancel_goals`` and ``running_goal`` (``flashrt_ros.goal_admin``) build on this.
+``cancel_goals`` and ``running_goal`` (``flashrt_ros.client.goal_admin``) build on this.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from flashrt_ros.client.goals import (ACCEPTANCE_GRACE_S, GOAL_ENDED, RESULT_ASK
 from flashrt_ros.client.node_queries import NodeQueries
 from flashrt_ros.client.services import (FIRST_ATTEMPT_S, RETRY_SAFE_VERBS, SERVICES, ServiceCalls, resend_times,
                                          retry_safe)
-from flashrt_ros.goal_lease import DEFAULT_LEASE_S
+from flashrt_ros.client.lease import DEFAULT_LEASE_S
 
 
 class FlashRTClient(ServiceCalls, ActionCalls, NodeQueries):

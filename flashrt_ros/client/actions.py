@@ -11,10 +11,10 @@ from typing import Any, Callable
 
 from rclpy.task import Future
 
-from flashrt_ros.action import Generate, RunPolicy
+from flashrt_ros.client.action_client import RaceFreeActionClient
 from flashrt_ros.client.core import TIMEOUT_CODE, ServiceCallError
 from flashrt_ros.client.goals import GoalCalls
-from flashrt_ros.ros.action_client import RaceFreeActionClient
+from flashrt_ros.interface.actions import GENERATE, RUN_POLICY
 
 
 @dataclass
@@ -37,9 +37,10 @@ class ActionCalls(GoalCalls):
     """Generate and RunPolicy goals of the node."""
 
     def _setup_actions(self) -> None:
-        self._generate = RaceFreeActionClient(self.node, Generate, f"{self.namespace}/generate")
-        self._run_policy = RaceFreeActionClient(self.node, RunPolicy, f"{self.namespace}/run_policy")
-        self._follow_goals(((Generate, "generate", self._generate), (RunPolicy, "run_policy", self._run_policy)))
+        self._generate = RaceFreeActionClient(self.node, GENERATE.action, f"{self.namespace}/{GENERATE.name}")
+        self._run_policy = RaceFreeActionClient(self.node, RUN_POLICY.action, f"{self.namespace}/{RUN_POLICY.name}")
+        self._follow_goals(((GENERATE.action, GENERATE.name, self._generate),
+                            (RUN_POLICY.action, RUN_POLICY.name, self._run_policy)))
 
     def generate_ready(self) -> bool:
         """Whether the generate action server is up (non-blocking)."""
@@ -47,15 +48,10 @@ class ActionCalls(GoalCalls):
 
     def generate_async(self, prompt: str, *, feedback: Callable[[Any], None] | None = None,
                        wait_s: float = 10.0, **fields: Any) -> Future:
-        """Send a goal; the future resolves to a ClientGoalHandle."""
-        goal = Generate.Goal()
-        goal.prompt = prompt
-        goal.top_p = 1.0
-        goal.lease_s, goal.owner = self.leases.lease_s, self.owner
-        for key, value in fields.items():
-            if not hasattr(goal, key):
-                raise ValueError(f"generate: unknown goal field {key!r}")
-            setattr(goal, key, value)
+        """Send a goal (``fields``: the other goal fields of ``interface.actions.GENERATE``, their
+        defaults from there); the future resolves to a ClientGoalHandle."""
+        goal = GENERATE.goal_message(**{"prompt": prompt, "lease_s": self.leases.lease_s, "owner": self.owner,
+                                        **fields})
         if not self._generate.server_is_ready() and not self._wait_until(self._generate.server_is_ready, wait_s):
             raise ServiceCallError(
                 f"action {self.namespace}/generate not available after {wait_s:.1f} s", TIMEOUT_CODE)
@@ -102,11 +98,7 @@ class ActionCalls(GoalCalls):
 
     def run_policy_async(self, *, feedback: Callable[[Any], None] | None = None, **fields: Any) -> Future:
         """Send a RunPolicy goal without waiting (check ``run_policy_ready`` first); resolves to a goal handle."""
-        goal = RunPolicy.Goal(lease_s=self.leases.lease_s, owner=self.owner)
-        for key, value in fields.items():
-            if not hasattr(goal, key):
-                raise ValueError(f"run_policy: unknown goal field {key!r}")
-            setattr(goal, key, value)
+        goal = RUN_POLICY.goal_message(**{"lease_s": self.leases.lease_s, "owner": self.owner, **fields})
         return self._send_goal(self._run_policy, goal, feedback)
 
     def run_policy(self, *, max_steps: int = 0, max_duration_s: float = 0.0, session: str = "",

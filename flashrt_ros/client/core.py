@@ -19,7 +19,9 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
 
-TIMEOUT_CODE = 13
+from flashrt_ros.interface.errors import ErrorCode
+
+TIMEOUT_CODE = int(ErrorCode.TIMEOUT)
 
 
 class Terminated(KeyboardInterrupt):

@@ -11,7 +11,7 @@ because a status message taken before the goal's acceptance is dropped by rclpy
 (it has no goal handle to update yet), so a goal that ends at once may never
 show as ended.
 
-Goals carry a lease (``lease_s``, default ``goal_lease.DEFAULT_LEASE_S``) and an
+Goals carry a lease (``lease_s``, default ``lease.DEFAULT_LEASE_S``) and an
 ``owner``: while an executor spins the client's node, a timer renews the lease
 of every goal it sent; if the process dies or hangs, the node ends the goal.
 """
@@ -27,8 +27,8 @@ from rclpy.task import Future
 from unique_identifier_msgs.msg import UUID
 
 from flashrt_ros.client.core import TIMEOUT_CODE, ClientCore, ServiceCallError
-from flashrt_ros.goal_lease import LeaseRenewer
-from flashrt_ros.ros.service_qos import FEEDBACK_QOS
+from flashrt_ros.client.lease import LeaseRenewer
+from flashrt_ros.interface.qos import FEEDBACK_QOS
 
 #: A goal's status once it has ended (its result is then due).
 GOAL_ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
@@ -88,7 +88,7 @@ class GoalCalls(ClientCore):
         # so the last pieces can come after the result (and were silently lost).
         self._feedback_subs = [node.create_subscription(
             action.Impl.FeedbackMessage, f"{self.namespace}/{name}/_action/feedback",
-            self._on_feedback, FEEDBACK_QOS) for action, name, _client in actions]
+            self._on_feedback, FEEDBACK_QOS.profile()) for action, name, _client in actions]
         # ... and to its status: a goal listed there was accepted, even if its acceptance reply was lost.
         self._status_subs = [node.create_subscription(
             GoalStatusArray, f"{self.namespace}/{name}/_action/status",

@@ -7,7 +7,7 @@ import time
 from typing import Any, Callable
 
 from flashrt_ros.client.core import TIMEOUT_CODE, ClientCore, ServiceCallError
-from flashrt_ros.ros.service_qos import SERVICE_QOS
+from flashrt_ros.interface.qos import SERVICE_QOS, STATUS_QOS, STATUS_TOPIC
 
 
 class NodeQueries(ClientCore):
@@ -15,12 +15,9 @@ class NodeQueries(ClientCore):
 
     def watch_status(self, callback: Callable[[Any], None]) -> Any:
         """Call ``callback(EngineStatus)`` for every ``~/status`` message (the latched last one first)."""
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-
         from flashrt_ros.msg import EngineStatus
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                             reliability=ReliabilityPolicy.RELIABLE)
-        return self.node.create_subscription(EngineStatus, f"{self.namespace}/status", callback, latched)
+        return self.node.create_subscription(EngineStatus, f"{self.namespace}/{STATUS_TOPIC}", callback,
+                                             STATUS_QOS.profile())
 
     def watch_diagnostics(self, callback: Callable[[Any], None]) -> Any:
         """Call ``callback(DiagnosticArray)`` for every ``/diagnostics`` message (every node's; the
@@ -75,7 +72,7 @@ class NodeQueries(ClientCore):
         A fresh client's first request can be answered before the server has matched the
         client's response reader, and that answer is lost; so an unanswered request is sent
         again after 2, 4, 8 ... s, within ``timeout_s``."""
-        client = self.node.create_client(srv_type, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
+        client = self.node.create_client(srv_type, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS.profile())
         try:
             if not self._wait_until(client.service_is_ready, timeout_s):
                 raise ServiceCallError(f"service {self.namespace}/{name} not available after "

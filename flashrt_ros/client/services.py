@@ -6,7 +6,7 @@ response (timeout)", ros2/ros2#1253), typically on a new client's first calls
 on a loaded machine. So every wait is bounded and ends in ``TIMEOUT`` (error
 code 13), and a request is re-sent only where a repeat cannot do anything one
 late request would not (``retry_safe``, from each verb's declaration in
-``ros/service_verbs.py``): read-only verbs (list, verify), idempotent ones (pin,
+``interface/services.py``): read-only verbs (list, verify), idempotent ones (pin,
 unpin, save, pause, resume) and those that set the state to one named value
 (restore, reset, switch_session, a snapshot with overwrite). Never re-sent: a
 snapshot without overwrite, fork, load (a repeat of an applied one answers
@@ -22,11 +22,11 @@ from rcl_interfaces.srv import SetParameters
 from rclpy.task import Future
 
 from flashrt_ros.client.core import TIMEOUT_CODE, ClientCore, ServiceCallError
-from flashrt_ros.ros.service_qos import SERVICE_QOS
-from flashrt_ros.ros.service_verbs import BY_NAME, VERBS
+from flashrt_ros.interface.qos import SERVICE_QOS
+from flashrt_ros.interface.services import BY_NAME, VERBS
 
 #: verb -> (service type, service name relative to the node's namespace): every capsule verb of
-#: ``ros/service_verbs.py``, and the node's own parameter service (rclpy's), for behaviour trees
+#: ``interface/services.py``, and the node's own parameter service (rclpy's), for behaviour trees
 #: (SetParameter); its answers have results[] instead of success (bt/requests.py reads both)
 SERVICES: dict[str, tuple[type, str]] = {
     **{verb.name: (verb.srv, verb.name) for verb in VERBS},
@@ -59,7 +59,8 @@ class ServiceCalls(ClientCore):
     """``call`` (blocking) and ``call_async`` (a future, for behaviour trees) of the node's services."""
 
     def _setup_services(self) -> None:
-        self._clients = {verb: self.node.create_client(srv, f"{self.namespace}/{name}", qos_profile=SERVICE_QOS)
+        qos = SERVICE_QOS.profile()
+        self._clients = {verb: self.node.create_client(srv, f"{self.namespace}/{name}", qos_profile=qos)
                          for verb, (srv, name) in SERVICES.items()}
 
     def request(self, verb: str, **fields: Any) -> Any:

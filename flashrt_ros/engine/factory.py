@@ -106,7 +106,11 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
             if config.policy.startswith(LEROBOT_PREFIX):
                 from flashrt_ros.models.lerobot import default_dtype
                 policy_dtype = default_dtype(config.policy[len(LEROBOT_PREFIX):], device)
-        policy = make_policy(config.policy, policy_dtype)
+        numerics = config.numerics
+        if numerics == "auto":
+            from flashrt_ros.models.lerobot import default_numerics
+            numerics = default_numerics(device)
+        policy = make_policy(config.policy, policy_dtype, numerics)
         if config.policy_instruction:
             if not hasattr(policy, "set_default_instruction"):
                 raise InvalidArgument(f"policy_instruction: {type(policy).__name__} takes no language instruction")

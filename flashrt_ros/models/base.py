@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
+from flashrt_ros.ops.linear import Linear
 from flashrt_ros.runtime.arena import POSITION, BufferSpec, StateArena
 
 #: The one buffer holding keys and values of every attention layer.
@@ -51,6 +52,27 @@ class CausalLM(torch.nn.Module, ABC):
     """
 
     vocab_size: int
+
+    def build_decoder(self, config: Any, vocab_size: int, hidden_size: int, blocks: Iterable[torch.nn.Module],
+                      norm: torch.nn.Module, *, tie_embeddings: bool, embedding: str = "embed_tokens",
+                      head: str = "lm_head") -> None:
+        """The parts every decoder has, in this order: the token embedding, the ``layers``, the final
+        ``norm`` and the output head (its weight the embedding's with ``tie_embeddings``).
+
+        ``embedding`` and ``head`` are the attribute names, as the checkpoint's weights name them
+        (Hugging Face: ``embed_tokens`` / ``lm_head``; llama.cpp and gpt-fast: ``tok_embeddings`` /
+        ``output``).
+        """
+        self.config = config
+        self.vocab_size = vocab_size
+        embed = torch.nn.Embedding(vocab_size, hidden_size)
+        setattr(self, embedding, embed)
+        self.layers = torch.nn.ModuleList(blocks)
+        self.norm = norm
+        output = Linear(hidden_size, vocab_size, bias=False)
+        setattr(self, head, output)
+        if tie_embeddings:
+            output.weight = embed.weight
 
     @abstractmethod
     def state_specs(self, max_context: int) -> list[BufferSpec]:

@@ -141,14 +141,9 @@ class Llama(CausalLM):
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
-        self.config = cfg
-        self.vocab_size = cfg.vocab_size
-        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleList(TransformerBlock(cfg, i) for i in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.output = Linear(cfg.dim, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.output.weight = self.tok_embeddings.weight
+        self.build_decoder(cfg, cfg.vocab_size, cfg.dim, (TransformerBlock(cfg, i) for i in range(cfg.n_layers)),
+                           RMSNorm(cfg.dim, cfg.norm_eps), tie_embeddings=cfg.tie_embeddings,
+                           embedding="tok_embeddings", head="output")
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
 
     def config_dict(self) -> dict[str, Any]:

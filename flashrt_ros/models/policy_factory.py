@@ -32,16 +32,17 @@ def get_policy_class(name: str) -> type[PolicyModule]:
         raise InvalidArgument(f"no reference policy {name!r}: use one of {sorted(REFERENCE_POLICIES)}") from None
 
 
-def make_policy(spec: str, dtype: torch.dtype = torch.float32) -> PolicyModule:
+def make_policy(spec: str, dtype: torch.dtype = torch.float32, numerics: str = "exact") -> PolicyModule:
     """``'gru'``, ``'transformer'``, ``'lerobot:<checkpoint dir>'`` (ACT, Diffusion Policy, SmolVLA), or
     ``'package.module:factory'`` (a callable returning a PolicyModule).
 
     ``dtype`` applies to LeRobot checkpoints (float32, bfloat16, float16); the others are float32.
+    ``numerics`` (``exact`` / ``fast``) to the LeRobot policies that have both (π0, π0.5).
     """
     if spec in REFERENCE_POLICIES:
         return get_policy_class(spec)()
     if spec.startswith(LEROBOT_PREFIX):
-        return load_lerobot_policy(spec[len(LEROBOT_PREFIX):], dtype=dtype)
+        return load_lerobot_policy(spec[len(LEROBOT_PREFIX):], dtype=dtype, numerics=numerics)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise InvalidArgument(f"policy {spec!r}: use one of {sorted(REFERENCE_POLICIES)}, "

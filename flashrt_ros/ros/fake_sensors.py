@@ -7,10 +7,13 @@ features and the robot I/O parameters): the same topics, message types, joint
 names and image sizes, so parameters the node would refuse are refused here with
 the node's message (every problem at once). Frames and joint values come from
 ``robot_io.synthetic``. Publishers are reliable (they reach the node's default
-best-effort subscriptions and reliable ones alike).
+best-effort subscriptions and reliable ones alike). ``flashrt fake-sensors``
+(``cli/robot_tools.py``) runs ``FakeSensors``, as ``flashrt serve`` runs the node:
+the CLI's way into this server-side module.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -19,12 +22,19 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float32MultiArray
 
+from flashrt_ros.interface.qos import resolve_topic
+from flashrt_ros.interface.robot_io_params import ROBOT_IO_PARAMS, RobotIOConfig
 from flashrt_ros.models.policy_features import ENV_STATE, IMAGES_PREFIX, STATE, FeatureSpec
 from flashrt_ros.robot_io import synthetic
+from flashrt_ros.ros.parameters import declare_parameters, read_config
 from flashrt_ros.ros.policy_inputs import COMPRESSED_SUFFIX, input_plan
-from flashrt_ros.ros.robot_io_params import RobotIOConfig
+from flashrt_ros.runtime.errors import FlashRTError
 
 PUBLISH_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class Refused(ValueError):
+    """The policy's features cannot be read, or the parameters cannot feed them (the message says why)."""
 
 
 @dataclass
@@ -36,17 +46,6 @@ class FakeStream:
     feature: str
     what: str                                       # e.g. "rgb8 96x96", "joints [a, b] (position, velocity)"
     make: Callable[[int, float], Any]
-
-
-def resolve(topic: str, node_fqn: str) -> str:
-    """A topic as the node named ``node_fqn`` resolves it (``~/x`` -> ``/robot1/flashrt/x``, ``x`` ->
-    ``/robot1/x``), so that the fake publishes where that node subscribes."""
-    if topic.startswith("/"):
-        return topic
-    if topic.startswith("~"):
-        return node_fqn.rstrip("/") + "/" + topic[1:].lstrip("/")
-    namespace = node_fqn.rstrip("/").rsplit("/", 1)[0]
-    return f"{namespace}/{topic}"
 
 
 def suggested_parameters(features: Mapping[str, FeatureSpec]) -> dict[str, Any]:
@@ -77,7 +76,7 @@ def fake_streams(io: RobotIOConfig, features: Mapping[str, FeatureSpec], node_fq
     streams = []
     for topic, (msg_type, feature, _convert, _problem) in input_plan(io, features).items():
         spec = features[feature]
-        topic = resolve(topic, node_fqn)
+        topic = resolve_topic(topic, node_fqn)
         if msg_type is JointState:
             streams.append(_joint_stream(topic, feature, io, stamp))
         elif msg_type is Float32MultiArray:
@@ -150,3 +149,64 @@ def publish_forever(node: Any, streams: list[FakeStream], rate_hz: float, durati
         for pub in publishers:
             node.destroy_publisher(pub)
     return rounds, interrupted
+
+
+def policy_features(checkpoint: str | None = None, policy: str | None = None) -> dict[str, FeatureSpec]:
+    """The features the policy reads: a LeRobot checkpoint's from its config.json alone (no weights),
+    or any policy spec built as the node builds it (its weights loaded). Refused naming the problem."""
+    try:
+        if checkpoint:
+            from flashrt_ros.models.lerobot.checkpoint import declared_input_features
+            return declared_input_features(checkpoint)
+        from flashrt_ros.models.policy_factory import make_policy
+        return dict(make_policy(str(policy)).input_features())
+    except FlashRTError as exc:
+        raise Refused(str(exc)) from None
+
+
+class FakeSensors:
+    """An rclpy node (its own context) with the robot I/O parameters the node would read from the same
+    ``-p`` flags and parameters file, and one stream per input; ``suggested`` holds the parameters used
+    when none were given (the node must be started with them)."""
+
+    def __init__(self, node_fqn: str, features: Mapping[str, FeatureSpec], params: list[str],
+                 params_file: str | None, encoding: str = "rgb8", image_size: tuple[int, int] | None = None) -> None:
+        import rclpy
+        from rclpy.parameter import Parameter
+        from rclpy.signals import SignalHandlerOptions
+
+        self.suggested = {} if (params or params_file) else suggested_parameters(features)
+        ros_args = ["flashrt", "--ros-args"] + [a for extra in params for a in ("-p", extra)]
+        if params_file:
+            ros_args += ["--params-file", params_file]
+        self._context = rclpy.Context()
+        try:
+            # no rclpy signal handlers: Ctrl-C raises KeyboardInterrupt in the publishing loop
+            rclpy.init(args=ros_args, context=self._context, signal_handler_options=SignalHandlerOptions.NO)
+        except Exception as exc:  # noqa: BLE001 - rcl's own message on a malformed -p or file
+            raise Refused(f"the parameters could not be read: {exc}") from None
+        try:
+            self.node = rclpy.create_node(
+                f"flashrt_fake_sensors_{os.getpid()}", context=self._context, start_parameter_services=False,
+                parameter_overrides=[Parameter(k, value=v) for k, v in self.suggested.items()])
+        except Exception:
+            rclpy.try_shutdown(context=self._context)
+            raise
+        try:
+            declare_parameters(self.node, ROBOT_IO_PARAMS)
+            io = read_config(self.node, RobotIOConfig)
+            self.streams = fake_streams(io, features, node_fqn, lambda: self.node.get_clock().now().to_msg(),
+                                        encoding=encoding, image_size=image_size)
+        except (FlashRTError, ValueError, TypeError) as exc:
+            self.close()
+            raise Refused("these robot I/O parameters cannot feed the policy's inputs (the node would refuse "
+                          f"them too): {exc}") from None
+
+    def publish(self, rate_hz: float, duration_s: float = 0.0) -> tuple[int, bool]:
+        """``publish_forever`` on this node's streams."""
+        return publish_forever(self.node, self.streams, rate_hz, duration_s)
+
+    def close(self) -> None:
+        import rclpy
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self._context)

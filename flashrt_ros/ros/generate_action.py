@@ -21,9 +21,13 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 
 from flashrt_ros.action import Generate
 from flashrt_ros.engine.sampling import SamplingParams
+from flashrt_ros.interface.goals import goal_id_hex
+from flashrt_ros.interface.node_params import NodeConfig
+from flashrt_ros.interface.qos import FEEDBACK_QOS
+from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.ros import conversions as conv
-from flashrt_ros.ros.goals import GoalBook, RunningGoal, goal_id_hex
-from flashrt_ros.ros.service_qos import FEEDBACK_QOS
+from flashrt_ros.ros.goals import GoalBook, RunningGoal
+from flashrt_ros.ros.parameters import read_config
 from flashrt_ros.runtime.errors import Busy, ErrorCode, FlashRTError, InvalidArgument, LeaseExpired, NotActive
 
 
@@ -38,7 +42,7 @@ class GenerateActionServer:
         self._generation_lock = threading.Lock()     # one Generate goal at a time
         self._server = ActionServer(
             node, Generate, "~/generate", execute_callback=self._execute, goal_callback=self._on_goal,
-            cancel_callback=lambda _g: CancelResponse.ACCEPT, feedback_pub_qos_profile=FEEDBACK_QOS,
+            cancel_callback=lambda _g: CancelResponse.ACCEPT, feedback_pub_qos_profile=FEEDBACK_QOS.profile(),
             callback_group=group)
 
     def _on_goal(self, goal: Any) -> GoalResponse:
@@ -96,7 +100,7 @@ class GenerateActionServer:
                 raise InvalidArgument("reset with an empty prompt: there would be nothing to continue from")
             if goal.reset:
                 engine.check_fresh_request(goal.prompt, chat=bool(goal.use_chat_template))
-            rollback_on_cancel = bool(goal.rollback_on_cancel or self._node.get_parameter("rollback_on_cancel").value)
+            rollback_on_cancel = bool(goal.rollback_on_cancel or read_config(self._node, RobotIOConfig).rollback_on_cancel)
 
             def prepare() -> Any:
                 """On the goal's session: its checks, then its start capsule (rollback_on_cancel)."""
@@ -111,7 +115,7 @@ class GenerateActionServer:
                                                     timeout=self._config().boundary_timeout_s)
             if goal.reset:
                 engine.capsules.reset(timeout=self._config().boundary_timeout_s)
-            default_tokens = int(self._node.get_parameter("max_new_tokens").value)     # applied live
+            default_tokens = read_config(self._node, NodeConfig, check=False).max_new_tokens     # applied live
             outcome = engine.generate(
                 goal.prompt, max_new_tokens=int(goal.max_new_tokens or default_tokens), sampling=sampling,
                 chat=chat, on_token=on_token,

@@ -18,11 +18,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 
-def goal_id_hex(uuid_bytes: Iterable[int]) -> str:
-    """A goal's UUID (``unique_identifier_msgs/UUID.uuid``) as 32 lowercase hex digits."""
-    return bytes(bytearray(uuid_bytes)).hex()
-
-
 @dataclass
 class RunningGoal:
     """One accepted goal while it executes."""

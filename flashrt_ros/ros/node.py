@@ -13,8 +13,8 @@ Transitions (ros2/demos lifecycle_py style):
 
 The node is its lifecycle and its process; what it serves lives beside it:
 - services (always advertised; NOT_ACTIVE unless active), under ~/ (default
-  /flashrt/...): one per verb of ``service_verbs.py``, each declared there once
-  with the handler that calls the engine's capsule surface (``engine.capsules``,
+  /flashrt/...): one per verb of ``interface/services.py``, each declared there once,
+  its handler in ``verb_handlers.py`` calling the engine's capsule surface (``engine.capsules``,
   runtime/capsule_verbs.py), all served by ``state_services.StateServices``.
   Those that touch the live state run at a committed boundary; one that waits
   longer than ``boundary_timeout_s`` for a boundary answers TIMEOUT and changes
@@ -23,7 +23,7 @@ The node is its lifecycle and its process; what it serves lives beside it:
   any exception, so the node keeps running;
 - the actions: ``~/generate`` (``generate_action.GenerateActionServer``, llm
   engine) and ``~/run_policy`` (``policy_action.PolicyActionServer``, policy
-  engine); the policy's topics (``policy_io.PolicyIO``, built on activate);
+  engine); the policy's topics (``policy_io.PolicyTopics``, built on activate);
 - ``~/status`` and ``/diagnostics`` (``diagnostics.py``), published here; how
   replanning goes (late plans, held steps) also in the log (``replan_log.py``).
 
@@ -56,18 +56,19 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
+from flashrt_ros.interface.node_params import PARAMS, NodeConfig
+from flashrt_ros.interface.parameters import first_problem
+from flashrt_ros.interface.qos import HEARTBEAT_QOS, HEARTBEAT_TOPIC, STATUS_QOS, STATUS_TOPIC
+from flashrt_ros.interface.robot_io_params import ROBOT_IO_PARAMS, RobotIOConfig
 from flashrt_ros.msg import EngineStatus, GoalHeartbeat
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary
 from flashrt_ros.ros.generate_action import GenerateActionServer
 from flashrt_ros.ros.goals import GoalBook
-from flashrt_ros.ros.parameters import (PARAMS, NodeConfig, declare_parameters, first_problem,
-                                       refuse_invalid_sets)
+from flashrt_ros.ros.parameters import declare_parameters, read_config, refuse_invalid_sets
 from flashrt_ros.ros.replan_log import ReplanLog
-from flashrt_ros.ros.robot_io_params import ROBOT_IO_PARAMS, read_robot_io_config
 from flashrt_ros.ros.spinning import spin_until_shutdown
 from flashrt_ros.ros.state_services import StateServices
 from flashrt_ros.runtime.errors import NotActive
@@ -103,12 +104,9 @@ class FlashRTNode(LifecycleNode):
                                                      lambda: self._policy_io, lambda: self._engine,
                                                      self._goals, lambda: self._shutting_down)
         # Heartbeats in a group of their own: never queued behind a step, a service or a goal.
-        self.create_subscription(GoalHeartbeat, "~/goal_heartbeat", lambda m: self._goals.renew(m.goal_ids),
-                                 QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
-                                 callback_group=MutuallyExclusiveCallbackGroup())
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                             reliability=ReliabilityPolicy.RELIABLE)
-        self._status_pub = self.create_publisher(EngineStatus, "~/status", latched)
+        self.create_subscription(GoalHeartbeat, f"~/{HEARTBEAT_TOPIC}", lambda m: self._goals.renew(m.goal_ids),
+                                 HEARTBEAT_QOS.profile(), callback_group=MutuallyExclusiveCallbackGroup())
+        self._status_pub = self.create_publisher(EngineStatus, f"~/{STATUS_TOPIC}", STATUS_QOS.profile())
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._status_timer = self.create_timer(self._config.status_period_s, self._publish_status,
                                                callback_group=self._timer_group)
@@ -117,8 +115,8 @@ class FlashRTNode(LifecycleNode):
 
     # --- parameters -----------------------------------------------------
     def _read_config(self) -> NodeConfig:
-        values = {p.name: self.get_parameter(p.name).value for p in PARAMS}
-        return NodeConfig(**values)
+        """The parameters' values as they are (``on_configure`` checks them and fails with the reason)."""
+        return read_config(self, NodeConfig, check=False)
 
     # --- lifecycle ------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -147,10 +145,10 @@ class FlashRTNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start serving. SUCCESS: services answer and the policy loop runs."""
         if self._config.engine_kind == "policy":
-            from flashrt_ros.ros.policy_io import PolicyIO
+            from flashrt_ros.ros.policy_io import PolicyTopics
             try:
-                self._policy_io = PolicyIO(self, self._engine, self._config, read_robot_io_config(self),
-                                           self._timer_group, on_inputs_change=self._publish_status)
+                self._policy_io = PolicyTopics(self, self._engine, self._config, read_config(self, RobotIOConfig),
+                                               self._timer_group, on_inputs_change=self._publish_status)
             except Exception as exc:  # noqa: BLE001 - bad I/O parameters: stay inactive, say why
                 self.get_logger().error(f"activate failed: robot I/O: {exc}")
                 return TransitionCallbackReturn.FAILURE
@@ -292,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     autostart_failed = threading.Event()
-    if node.get_parameter("autostart").value:
+    if node._config.autostart:
         def autostart() -> None:
             if not _autostart(node):
                 autostart_failed.set()

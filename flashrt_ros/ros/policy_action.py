@@ -2,9 +2,9 @@
 
 Why an action: a behaviour tree needs "drive with the policy until done, and
 stop when I halt you" as one node. The goal runs on the control loop of
-``PolicyIO`` (so inputs, the stale-data stop and outputs are the same as in
+``PolicyTopics`` (so inputs, the stale-data stop and outputs are the same as in
 continuous mode); with ``run_mode=goal`` the loop steps *only* while a goal
-runs. Ending a goal takes ``PolicyIO``'s tick lock, so a goal stops between two
+runs. Ending a goal takes ``PolicyTopics``'s tick lock, so a goal stops between two
 committed policy steps, never inside one, and ``max_steps`` is exact.
 Feedback: exactly one ``step`` message per step, in order (``steps`` counts 1,
 2, ...), the last one published before the result, so a goal that reports
@@ -31,11 +31,15 @@ from typing import Any, Callable
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 
 from flashrt_ros.action import RunPolicy
+from flashrt_ros.interface.goals import goal_id_hex
+from flashrt_ros.interface.node_params import NodeConfig
+from flashrt_ros.interface.qos import FEEDBACK_QOS
+from flashrt_ros.interface.robot_io_params import RobotIOConfig
+from flashrt_ros.robot_io.input_verdict import STOP_REASONS
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.goal_capsule import GoalCapsule
-from flashrt_ros.ros.goals import GoalBook, RunningGoal, goal_id_hex
-from flashrt_ros.ros.service_qos import FEEDBACK_QOS
-from flashrt_ros.robot_io.input_verdict import STOP_REASONS
+from flashrt_ros.ros.goals import GoalBook, RunningGoal
+from flashrt_ros.ros.parameters import read_config
 from flashrt_ros.runtime.errors import (Busy, FlashRTError, InputRejected, InvalidArgument, LeaseExpired,
                                         NotActive, StaleInputs)
 from flashrt_ros.runtime.errors import ErrorCode
@@ -133,7 +137,7 @@ class PolicyActionServer:
         self._server = ActionServer(node, RunPolicy, "~/run_policy", execute_callback=self._execute,
                                     goal_callback=self._on_goal,
                                     cancel_callback=lambda _g: CancelResponse.ACCEPT,
-                                    feedback_pub_qos_profile=FEEDBACK_QOS, callback_group=group)
+                                    feedback_pub_qos_profile=FEEDBACK_QOS.profile(), callback_group=group)
 
     def _on_goal(self, goal: Any) -> GoalResponse:
         if self._policy_io() is None:
@@ -161,7 +165,7 @@ class PolicyActionServer:
         """The goal's bound on waiting for fresh inputs (0: the node's default; < 0: none)."""
         if goal.stale_timeout_s:
             return float(goal.stale_timeout_s)
-        return float(self._node.get_parameter("goal_stale_timeout_s").value)
+        return read_config(self._node, RobotIOConfig).goal_stale_timeout_s
 
     def _run(self, goal_handle: Any, result: Any, lease: RunningGoal) -> Any:
         goal = goal_handle.request
@@ -173,13 +177,14 @@ class PolicyActionServer:
                 raise InvalidArgument("set max_steps or max_duration_s (a goal must end by itself)")
             if goal.lease_s < 0:
                 raise InvalidArgument(f"lease_s must be >= 0 (0: no lease), got {goal.lease_s:g}")
-            tier = self._node.get_parameter("default_tier").value
-            take_capsule = bool(goal.rollback_on_cancel or self._node.get_parameter("rollback_on_cancel").value)
+            config, io_config = read_config(self._node, NodeConfig, check=False), read_config(self._node, RobotIOConfig)
+            tier = config.default_tier
+            take_capsule = bool(goal.rollback_on_cancel or io_config.rollback_on_cancel)
             # goal.session made live and the start capsule taken at one boundary: if the capsule
             # is refused (no room), the switch is undone and nothing changed
             capsule = engine.capsules.enter_session(
                 goal.session, lambda: GoalCapsule(engine, tier) if take_capsule else None,
-                timeout=self._node.get_parameter("boundary_timeout_s").value)
+                timeout=config.boundary_timeout_s)
         except Exception as exc:  # noqa: BLE001 - errors become the result
             return self._fail(goal_handle, result, exc)
         run = GoalRun(int(goal.max_steps), float(goal.max_duration_s),

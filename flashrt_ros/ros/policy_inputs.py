@@ -23,11 +23,11 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float32MultiArray
 
+from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.robot_io.images import (compressed_format_problem, compressed_image_feature,
                                          encoding_problem, image_feature)
 from flashrt_ros.robot_io.joints import JointSelector, length_problem, state_from_array
-from flashrt_ros.ros.robot_io_params import RobotIOConfig
 from flashrt_ros.runtime.errors import InvalidArgument
 
 #: (message type, the feature it feeds, message -> tensor, message -> why it is refused or None)

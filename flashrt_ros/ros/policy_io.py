@@ -59,13 +59,13 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from flashrt_ros.robot_io.commands import command_values, trajectory_points
+from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.robot_io import input_verdict
+from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
 from flashrt_ros.robot_io.input_verdict import InputVerdict
 from flashrt_ros.ros.policy_inputs import (RELIABILITY, input_plan, input_qos, one_error, problems_of,
                                           receipt_time)
-from flashrt_ros.ros.robot_io_params import RobotIOConfig
 from flashrt_ros.runtime.errors import InvalidArgument
 
 #: rclpy passes the message info (with the middleware's receive time) to two-argument callbacks
@@ -73,7 +73,7 @@ from flashrt_ros.runtime.errors import InvalidArgument
 _MESSAGE_INFO = hasattr(Subscription, "CallbackType")
 
 
-class PolicyIO:
+class PolicyTopics:
     """Owns the input subscriptions, the command publisher and the control tick."""
 
     def __init__(self, node: Any, engine: Any, config: Any, io: RobotIOConfig, group: Any,

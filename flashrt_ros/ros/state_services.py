@@ -1,4 +1,4 @@
-"""The capsule services of the node: one per verb of ``service_verbs.VERBS``, one callback for all.
+"""The capsule services of the node: one per verb of ``interface.services.VERBS``, one callback for all.
 
 Why one callback: what every service does around its verb is the same: refuse
 unless the node is active, apply the declaration's checks (engines, minimums),
@@ -13,9 +13,12 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from flashrt_ros.interface.node_params import NodeConfig
+from flashrt_ros.interface.qos import SERVICE_QOS
+from flashrt_ros.interface.services import TIERS, VERBS, ServiceVerb
 from flashrt_ros.ros import conversions as conv
-from flashrt_ros.ros.service_qos import SERVICE_QOS
-from flashrt_ros.ros.service_verbs import TIERS, VERBS, ServiceVerb, VerbContext
+from flashrt_ros.ros.parameters import read_config
+from flashrt_ros.ros.verb_handlers import HANDLERS, VerbContext
 from flashrt_ros.runtime.errors import InvalidArgument
 
 
@@ -26,15 +29,20 @@ class StateServices:
     def __init__(self, node: Any, group: Any, active_engine: Callable[[], Any], policy_io: Callable[[], Any],
                  config: Callable[[], Any]) -> None:
         self._node, self._active_engine, self._policy_io, self._config = node, active_engine, policy_io, config
-        self.services = [node.create_service(verb.srv, f"~/{verb.name}", self.serve(verb), qos_profile=SERVICE_QOS,
+        qos = SERVICE_QOS.profile()
+        self.services = [node.create_service(verb.srv, f"~/{verb.name}", self.serve(verb), qos_profile=qos,
                                              callback_group=group) for verb in VERBS]
 
     def serve(self, verb: ServiceVerb) -> Callable:
         """``verb``'s service callback (see the module docstring)."""
+        handler = HANDLERS[verb.name]
+
         def callback(request: Any, response: Any) -> Any:
             try:
                 engine = self._active_engine()
-                verb.check_request(request, self._config().engine_kind)
+                refused = verb.refusal(request, self._config().engine_kind)
+                if refused:
+                    raise InvalidArgument(refused)
                 context = VerbContext(capsules=engine.capsules, engine=engine, policy_io=self._policy_io(),
                                       boundary_timeout_s=self._config().boundary_timeout_s, tier=self._tier)
                 timing: dict[str, float] = {}
@@ -42,7 +50,7 @@ class StateServices:
                 def at_boundary() -> None:
                     t0 = time.perf_counter()
                     try:
-                        verb.serve(context, request, response)
+                        handler(context, request, response)
                     finally:
                         timing["ms"] = (time.perf_counter() - t0) * 1e3
                     if verb.replaces_state and (policy_io := self._policy_io()) is not None:
@@ -64,7 +72,7 @@ class StateServices:
         return callback
 
     def _tier(self, tier: str) -> str:
-        tier = tier or str(self._node.get_parameter("default_tier").value)     # applied live
+        tier = tier or read_config(self._node, NodeConfig, check=False).default_tier     # applied live
         if tier not in TIERS:
             raise InvalidArgument(f"tier must be device, host or disk (got {tier!r})")
         return tier

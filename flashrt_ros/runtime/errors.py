@@ -1,38 +1,16 @@
-"""Typed runtime errors with stable numeric codes.
+"""Typed runtime errors, one per stable error code.
 
-The ROS layer maps ``FlashRTError.code`` one-to-one onto the ``error_code``
-constants of every service response, so these numbers are part of the public
-interface: never renumber, only append.
+The codes themselves (``ErrorCode``) are the node's public contract and are declared in
+``flashrt_ros.interface.errors`` (pure Python, no ROS); the ROS layer maps
+``FlashRTError.code`` one-to-one onto the ``error_code`` of every service response.
 """
 from __future__ import annotations
 
-from enum import IntEnum
+from flashrt_ros.interface.errors import ErrorCode
 
-
-class ErrorCode(IntEnum):
-    """Stable error codes shared by the runtime, the engines and the services."""
-
-    OK = 0
-    NOT_FOUND = 1
-    INVALID_NAME = 2
-    ALREADY_EXISTS = 3
-    FINGERPRINT_MISMATCH = 4
-    LAYOUT_MISMATCH = 5
-    CORRUPT = 6
-    BUDGET_EXHAUSTED = 7
-    NOT_ACTIVE = 8
-    BUSY = 9
-    INVALID_ARGUMENT = 10
-    IO_ERROR = 11
-    CONTEXT_OVERFLOW = 12
-    TIMEOUT = 13
-    PINNED = 14
-    CANCELLED = 15      # the node stopped the work (a goal ended by deactivate); a client's own
-                        # cancel reports stop_reason "cancelled" with success
-    LEASE_EXPIRED = 16  # a goal's client stopped renewing its lease (it died or hangs): the node ended it
-    STALE_INPUTS = 17   # a RunPolicy goal waited longer than its stale_timeout_s for fresh inputs
-    INPUT_REJECTED = 18  # ... while the node refused its input messages (their text names topic and why)
-    INTERNAL = 99
+__all__ = ["ErrorCode", "FlashRTError", "CapsuleNotFound", "InvalidName", "AlreadyExists", "FingerprintMismatch",
+           "LayoutMismatch", "CorruptCapsule", "BudgetExhausted", "NotActive", "Busy", "InvalidArgument",
+           "CapsuleIOError", "ContextOverflow", "PinnedCapsule", "LeaseExpired", "StaleInputs", "InputRejected"]
 
 
 class FlashRTError(Exception):

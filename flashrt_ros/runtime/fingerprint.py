@@ -43,10 +43,20 @@ def _raw_bytes(t: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
 
 
+SUM_CHUNK_BYTES = 64 * 1024 * 1024
+
+
+def byte_sum(raw: torch.Tensor) -> int:
+    """The exact sum of ``raw``'s bytes, taken in bounded chunks, so whatever a reduction to int64 stages on the
+    device stays small beside a 1 GiB tensor (π0's embedding); the value is the whole sum, as before."""
+    return sum(int(raw[i:i + SUM_CHUNK_BYTES].sum(dtype=torch.int64).item())
+               for i in range(0, raw.numel(), SUM_CHUNK_BYTES))
+
+
 def _sampled_digest(raw: torch.Tensor) -> str:
     n = raw.numel()
     h = hashlib.blake2b(digest_size=16)
-    h.update(str(int(raw.sum(dtype=torch.int64).item())).encode())
+    h.update(str(byte_sum(raw)).encode())
     chunk = min(SAMPLE_CHUNK_BYTES, n)
     if chunk:
         count = min(SAMPLE_CHUNKS, max(1, n // chunk))

@@ -4,10 +4,13 @@
 ``pi_reference.reference`` wrote into LeRobot's policy with the spec's ``dtype``
 (LeRobot's own precision switch) and ``compile_model`` (its ``torch.compile`` of
 ``sample_actions``), preprocesses the spec's observations (not timed), then runs
-``warmup + episodes`` episodes of ``steps`` ``select_action`` calls from a
-``reset()``, each call timed up to a synchronisation, and one more episode whose
-noise is our counter stream's (seed 0) with its post-processed actions kept, for
-the benchmark to compare with ours. Writes the times, the actions and the peak
+warm-up episodes (a compiled policy: until an episode compiles nothing, as in the
+race) and ``episodes`` timed episodes of ``steps`` steps from a ``reset()``, each
+step timed up to a synchronisation, and one more episode with its post-processed
+actions kept, for the benchmark to compare with ours. Every episode runs
+``select_action``'s queue logic with the noise of our counter stream (seed 0)
+passed to ``predict_action_chunk``, so the noise is drawn outside the compiled
+``sample_actions``. Writes the times, the actions and the peak
 device memory to the spec's ``out`` file (JSON + safetensors).
 """
 from __future__ import annotations
@@ -68,15 +71,24 @@ def main(spec_path: str) -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
+    n = config.n_action_steps
+    noises = [plan_noise(0, p, config).to(device) for p in range(-(-max(spec["steps"], spec["check_steps"]) // n))]
+
     def episode(steps: int, keep: bool = False) -> dict:
-        times, replans, actions = [], [], []
+        """``select_action``'s own queue logic around ``predict_action_chunk``, with plan ``p``'s noise from our
+        counter stream (seed 0) passed in: drawn outside the (compiled) ``sample_actions``, whose dynamo graph
+        cannot trace the host-side hash, and the same in every episode, timed or checked."""
+        times, replans, actions, queue, plan = [], [], [], [], 0
         t_start = time.perf_counter()
         with torch.no_grad():
             policy.reset()
             for i in range(steps):
-                replans.append(len(policy._action_queue) == 0)
+                replans.append(not queue)
                 t0 = time.perf_counter()
-                action = policy.select_action(dict(batches[i % len(batches)]))
+                if not queue:
+                    chunk = policy.predict_action_chunk(dict(batches[i % len(batches)]), noise=noises[plan])
+                    queue, plan = list(chunk[:, :n].transpose(0, 1)), plan + 1
+                action = queue.pop(0)
                 sync()
                 times.append((time.perf_counter() - t0) * 1e3)
                 if keep:
@@ -88,26 +100,23 @@ def main(spec_path: str) -> None:
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    plans = [0]
-
-    def counter_noise(shape, dev):
-        plans[0] += 1
-        return plan_noise(0, plans[0] - 1, config).to(dev)
-    runs, first_episode_ms = [], None
-    for i in range(spec["warmup"] + spec["episodes"]):
-        e = episode(spec["steps"])
-        if i == 0:
-            first_episode_ms = e["episode_ms"]                              # compilation included
-        if i >= spec["warmup"]:
-            runs.append(e)
-        print(f"[pi_bench] {spec['name']}: episode {i} {e['episode_ms']:.1f} ms", flush=True)
-    policy.model.sample_noise = counter_noise           # the checked episode: our noise stream, seed 0
+    from benchmarks.lerobot_side import warm_up
+    runs = []
+    compiled = bool(spec["compile_model"])
+    warm = warm_up(lambda: runs.append(episode(spec["steps"])), compiled,
+                   max(spec["warmup"], 2 if compiled else 0), spec.get("compile_warmup_max", 6) if compiled
+                   else spec["warmup"]) if spec["warmup"] else {"warmup_s": 0.0, "warmup_episodes": 0, "settled": True}
+    first_episode_ms = runs[0]["episode_ms"] if runs else None              # compilation included
+    runs = []
+    for i in range(spec["episodes"]):
+        runs.append(episode(spec["steps"]))
+        print(f"[pi_bench] {spec['name']}: episode {i} {runs[-1]['episode_ms']:.1f} ms", flush=True)
     checked = episode(spec["check_steps"], keep=True)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
     out = Path(spec["out"])
     save_file({"actions": checked.pop("actions").contiguous()}, str(out.with_suffix(".safetensors")))
     out.write_text(json.dumps({"name": spec["name"], "runs": runs, "peak_bytes": peak,
-                               "first_episode_ms": first_episode_ms}, indent=1))
+                               "first_episode_ms": first_episode_ms, "warmup": warm}, indent=1, default=str))
     print(f"[pi_bench] {spec['name']}: done, peak {peak / 2**30:.2f} GiB", flush=True)
 
 

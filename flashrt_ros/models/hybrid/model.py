@@ -19,7 +19,6 @@ from flashrt_ros.models.hybrid.gated_deltanet import GatedDeltaNet
 from flashrt_ros.models.hybrid.mlp import make_mlp
 from flashrt_ros.models.hybrid.norms import OffsetRMSNorm
 from flashrt_ros.ops import rope_inv_freq
-from flashrt_ros.ops.linear import Linear
 from flashrt_ros.ops.norms import add_rms_norm
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 
@@ -65,14 +64,9 @@ class HybridCausalLM(CausalLM):
 
     def __init__(self, cfg: HybridConfig) -> None:
         super().__init__()
-        self.config = cfg
-        self.vocab_size = cfg.vocab_size
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(HybridBlock(cfg, i) for i in range(cfg.num_hidden_layers))
-        self.norm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        if cfg.tie_word_embeddings:
-            self.lm_head.weight = self.embed_tokens.weight
+        self.build_decoder(cfg, cfg.vocab_size, cfg.hidden_size,
+                           (HybridBlock(cfg, i) for i in range(cfg.num_hidden_layers)),
+                           OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps), tie_embeddings=cfg.tie_word_embeddings)
         self.register_buffer("inv_freq", rope_inv_freq(cfg.rotary_dim, cfg.rope_theta), persistent=False)
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[override]

@@ -22,17 +22,32 @@ SUPPORTED_TYPES = ("act", "diffusion", "smolvla", "pi0", "pi05")
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32) -> PolicyModule:
+NUMERICS = ("exact", "fast")
+
+
+def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32, numerics: str = "exact") -> PolicyModule:
     """The policy stored in a LeRobot checkpoint directory, weights loaded strictly.
 
     ``dtype``: float32, or bfloat16 / float16 for the networks' weights (see ``cast_networks``).
+    ``numerics``: ``exact`` or ``fast`` for the policies that have both (π0 / π0.5: ``use_numerics``);
+    the others have one arithmetic and accept either.
     """
     if dtype not in (torch.float32, *LOW_PRECISION):
         raise InvalidArgument(f"dtype {dtype}: use torch.float32, torch.bfloat16 or torch.float16")
+    if numerics not in NUMERICS:
+        raise InvalidArgument(f"numerics {numerics!r}: use one of {NUMERICS}")
     ckpt = read_checkpoint(path)
     policy = build_policy(ckpt)
     load_weights(policy, ckpt)
-    return cast_networks(policy, dtype).eval().requires_grad_(False)
+    policy = cast_networks(policy, dtype).eval().requires_grad_(False)
+    if hasattr(policy, "use_numerics"):
+        policy.use_numerics(numerics)
+    return policy
+
+
+def default_numerics(device: torch.device | str) -> str:
+    """``fast`` on CUDA, ``exact`` elsewhere (the node's ``numerics: auto``)."""
+    return "fast" if torch.device(device).type == "cuda" else "exact"
 
 
 def default_dtype(path: str | Path, device: torch.device) -> torch.dtype:

@@ -248,12 +248,26 @@ class PI0Policy(LanguageInstruction, PolicyModule):
         return feature_specs(self.cfg)
 
     def config(self) -> dict:
-        return {"type": "pi05" if self.cfg.pi05 else "pi0", **jsonable(asdict(self.cfg))}
+        return {"type": "pi05" if self.cfg.pi05 else "pi0", "numerics": self.numerics, **jsonable(asdict(self.cfg))}
+
+    #: ``exact``: LeRobot's arithmetic (bit-identical on CPU); ``fast``: the same plan in fused kernels
+    #: (``pi0_fast``), chosen once by ``use_numerics`` after the weights are loaded and cast
+    numerics = "exact"
+
+    def use_numerics(self, numerics: str) -> None:
+        """Switch to ``fast`` (irreversible: its fused weights replace the unfused ones)."""
+        if numerics == self.numerics:
+            return
+        if numerics != "fast":
+            raise InvalidArgument(f"π0: numerics {numerics!r} after {self.numerics!r}: choose it once, at load")
+        from flashrt_ros.models.lerobot.pi0_fast import FastPi
+        self.fast = FastPi(self)
+        self.numerics = "fast"
 
     @property
     def dtype(self) -> torch.dtype:
         """The language model's dtype (the prefix KV and image tokens are kept in it)."""
-        return self.model.language_model.layers[0].self_attn.q_proj.weight.dtype
+        return self.model.language_model.embed_tokens.weight.dtype
 
     def cast(self, dtype: torch.dtype) -> None:
         """The networks in ``dtype`` (``cast_networks``), keeping in float32 what LeRobot keeps in float32 in
@@ -341,16 +355,27 @@ class PI0Policy(LanguageInstruction, PolicyModule):
         return self.norm.action(arena[self.QUEUE][n - left:])
 
     # --- network ------------------------------------------------------------------------------------
+    def camera_image(self, cam: str, observation: Mapping[str, Tensor]) -> Tensor:
+        """One camera's image normalised and resized with padding to ``image_resolution``: ``(1, 3, S, S)``."""
+        img = self.norm.input(cam, observation[cam].unsqueeze(0))
+        side = self.cfg.image_resolution
+        return img if tuple(img.shape[2:]) == side else resize_with_pad(img, *side)
+
+    def store_state(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
+        """The normalised state, zero-padded, into ``state``."""
+        c = self.cfg
+        state = self.norm.input(STATE, observation[STATE])
+        arena[self.STATE_VEC].copy_(F.pad(state, (0, c.state_width - c.state_dim)))
+
     def encode_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
         """Each camera through the vision tower and projector into ``images``; the state into ``state``."""
+        if self.numerics == "fast":
+            return self.fast.encode(self, observation, arena)
         c, m = self.cfg, self.model
-        side = c.image_resolution
         vision = m.vision
         n = c.image_tokens
         for i, cam in enumerate(c.cameras):
-            img = self.norm.input(cam, observation[cam].unsqueeze(0))
-            if tuple(img.shape[2:]) != side:
-                img = resize_with_pad(img, *side)
+            img = self.camera_image(cam, observation)
             x = vision.embeddings((img * 2.0 - 1.0).to(vision.embeddings.patch_embedding.weight.dtype))
             x = x.to(vision.post_layernorm.weight.dtype)
             for layer in vision.encoder.layers:
@@ -358,8 +383,7 @@ class PI0Policy(LanguageInstruction, PolicyModule):
             x = vision.post_layernorm(x)
             proj = m.paligemma_with_expert.paligemma.model.multi_modal_projector.linear
             arena[self.IMAGES][i * n:(i + 1) * n].copy_(proj(x.to(proj.weight.dtype))[0])
-        state = self.norm.input(STATE, observation[STATE])
-        arena[self.STATE_VEC].copy_(F.pad(state, (0, c.state_width - c.state_dim)))
+        self.store_state(observation, arena)
 
     def language_tokens(self, arena: StateArena) -> tuple[Tensor, Tensor]:
         """The prefix's token ids ``(max_length,)`` and length: π0 the instruction, π0.5 the prompt."""
@@ -369,6 +393,8 @@ class PI0Policy(LanguageInstruction, PolicyModule):
 
     def prefill_from_context(self, arena: StateArena) -> None:
         """The language model over the stored image tokens and the instruction: each layer's KV into the arena."""
+        if self.numerics == "fast":
+            return self.fast.prefill(self, arena)
         c, lm = self.cfg, self.model.language_model
         ids, length = self.language_tokens(arena)
         lang = lm.embed_tokens(ids)
@@ -393,6 +419,8 @@ class PI0Policy(LanguageInstruction, PolicyModule):
 
         ``guide``: Real-Time Chunking (LeRobot's ``RTCProcessor`` arithmetic, ``models.rtc``); ``ahead``: the
         actions after the queued ones (an async plan's)."""
+        if self.numerics == "fast":
+            return self.fast.denoise(self, arena, counter, guide, ahead)
         c, m = self.cfg, self.model
         x = normal(arena[self.RNG_SEED], counter, c.chunk_size * c.max_action_dim).view(c.chunk_size,
                                                                                          c.max_action_dim)

@@ -1,20 +1,14 @@
-"""Parameters of the robot I/O (policy topics, QoS, stale-data stop, RunPolicy, rollback).
+"""The policy node's robot I/O parameters (policy topics, QoS, stale-data stop, RunPolicy, rollback):
+``ROBOT_IO_PARAMS`` and its typed config ``RobotIOConfig``. See ``parameters``.
 
-Why a second table beside ``parameters.PARAMS``: these are read when the policy
-loop starts (activate), several are string/number arrays, and they belong to
-one concept (what the policy node reads and writes on the robot's topics). The
-node declares them all at start-up so ``-p`` overrides and YAML files apply.
-Declaring, checking and documenting them is ``parameters.py``'s, as for ``PARAMS``.
+Why a second table beside ``node_params.PARAMS``: these are read when the policy loop starts
+(activate), several are string/number arrays, and they belong to one concept (what the policy
+node reads and writes on the robot's topics). The node declares them all at start-up so ``-p``
+overrides and YAML files apply.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
-
-from rclpy.exceptions import ParameterUninitializedException
-
-from flashrt_ros.ros.parameters import ParamDef, check_value
-from flashrt_ros.ros.parameters import markdown_table as parameters_table
+from flashrt_ros.interface.parameters import ParamDef, config_class
 
 OUTPUT_TYPES = ("float32_array", "float64_array", "joint_state", "joint_trajectory")
 
@@ -76,60 +70,6 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              "stale_timeout_s overrides it.", float_range=(0.0, 86400.0)),
 )
 
-
-_DEFAULTS: dict[str, Any] = {p.name: tuple(p.default) if p.array_of is not None else p.default
-                             for p in ROBOT_IO_PARAMS}
-
-
-@dataclass(frozen=True)
-class RobotIOConfig:
-    """Typed view of ``ROBOT_IO_PARAMS`` (arrays as tuples); every default is the table's."""
-
-    input_state_topic: str = _DEFAULTS["input_state_topic"]
-    input_joint_state_topic: str = _DEFAULTS["input_joint_state_topic"]
-    input_joint_names: tuple[str, ...] = _DEFAULTS["input_joint_names"]
-    input_joint_fields: tuple[str, ...] = _DEFAULTS["input_joint_fields"]
-    input_environment_state_topic: str = _DEFAULTS["input_environment_state_topic"]
-    input_image_topics: tuple[str, ...] = _DEFAULTS["input_image_topics"]
-    input_image_features: tuple[str, ...] = _DEFAULTS["input_image_features"]
-    qos_reliability: str = _DEFAULTS["qos_reliability"]
-    qos_history: str = _DEFAULTS["qos_history"]
-    qos_durability: str = _DEFAULTS["qos_durability"]
-    output_qos_reliability: str = _DEFAULTS["output_qos_reliability"]
-    output_qos_depth: int = _DEFAULTS["output_qos_depth"]
-    max_observation_age_s: float = _DEFAULTS["max_observation_age_s"]
-    sync_tolerance_s: float = _DEFAULTS["sync_tolerance_s"]
-    hold_command: tuple[float, ...] = _DEFAULTS["hold_command"]
-    control_trigger: str = _DEFAULTS["control_trigger"]
-    output_type: str = _DEFAULTS["output_type"]
-    output_topic: str = _DEFAULTS["output_topic"]
-    output_joint_names: tuple[str, ...] = _DEFAULTS["output_joint_names"]
-    run_mode: str = _DEFAULTS["run_mode"]
-    rollback_on_cancel: bool = _DEFAULTS["rollback_on_cancel"]
-    inputs_after_restore: str = _DEFAULTS["inputs_after_restore"]
-    goal_stale_timeout_s: float = _DEFAULTS["goal_stale_timeout_s"]
-
-
-assert {f.name for f in fields(RobotIOConfig)} == {p.name for p in ROBOT_IO_PARAMS}
-
-
-def read_robot_io_config(node: Any) -> RobotIOConfig:
-    """The declared values (None for an unset array -> empty), checked against the table."""
-    values: dict[str, Any] = {}
-    for p in ROBOT_IO_PARAMS:
-        try:
-            value = node.get_parameter(p.name).value
-        except ParameterUninitializedException:      # an array declared by type and never set
-            value = None
-        if p.array_of is not None:
-            value = tuple(value or ())
-        reason = check_value(p, value)
-        if reason:
-            raise ValueError(reason)
-        values[p.name] = value
-    return RobotIOConfig(**values)
-
-
-def markdown_table() -> str:
-    """The table of docs/robot_io.md."""
-    return parameters_table(ROBOT_IO_PARAMS)
+#: Typed values of ``ROBOT_IO_PARAMS`` (arrays as tuples); every default is the table's.
+RobotIOConfig = config_class("RobotIOConfig", ROBOT_IO_PARAMS,
+                             "Typed values of the robot I/O parameters (``ROBOT_IO_PARAMS``).", defaults=True)

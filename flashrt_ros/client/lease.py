@@ -2,7 +2,7 @@
 
 Why: a goal must not outlive its client. A ``flashrt bt run`` killed with SIGKILL, or
 stuck, cannot cancel its goal; the node then ends the goal itself once the lease
-is no longer renewed (``flashrt_ros.ros.goals``). Every ``lease_s / 4`` a timer on
+is no longer renewed (the node's ``flashrt_ros.ros.goals``). Every ``lease_s / 4`` a timer on
 the client's node publishes one ``GoalHeartbeat`` naming all of this client's
 running goals, so renewal needs nothing but an executor spinning that node — the
 same thing that delivers the goals' results. A process that stops spinning (dead,
@@ -13,17 +13,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from flashrt_ros.interface.goals import goal_id_hex
+from flashrt_ros.interface.qos import HEARTBEAT_QOS, HEARTBEAT_TOPIC
 
 #: The lease the CLI, ``flashrt bt run`` and ``FlashRTClient`` ask for by default (seconds):
 #: after its client dies, a goal ends within this plus one control period.
 DEFAULT_LEASE_S = 2.0
-
-
-def goal_key(goal_id: Any) -> str:
-    """A goal id (``unique_identifier_msgs/UUID``, or its ``uuid`` bytes) as 32 hex digits."""
-    raw = getattr(goal_id, "uuid", goal_id)
-    return bytes(bytearray(raw)).hex()
 
 
 class LeaseRenewer:
@@ -32,7 +27,7 @@ class LeaseRenewer:
     def __init__(self, node: Any, namespace: str, lease_s: float) -> None:
         if lease_s < 0:
             raise ValueError(f"lease_s must be >= 0 (0: no lease), got {lease_s}")
-        self.node, self.topic, self.lease_s = node, f"{namespace}/goal_heartbeat", float(lease_s)
+        self.node, self.topic, self.lease_s = node, f"{namespace}/{HEARTBEAT_TOPIC}", float(lease_s)
         self._goals: set[str] = set()
         self._lock = threading.Lock()
         self._publisher: Any = None
@@ -43,17 +38,16 @@ class LeaseRenewer:
         if self.lease_s <= 0:
             return
         with self._lock:
-            self._goals.add(goal_key(goal_id))
+            self._goals.add(goal_id_hex(goal_id))
             if self._publisher is None:           # created on first use: clients that send no goal publish nothing
                 from flashrt_ros.msg import GoalHeartbeat
-                self._publisher = self.node.create_publisher(
-                    GoalHeartbeat, self.topic, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+                self._publisher = self.node.create_publisher(GoalHeartbeat, self.topic, HEARTBEAT_QOS.profile())
                 self._timer = self.node.create_timer(self.lease_s / 4.0, self.beat)
 
     def release(self, goal_id: Any) -> None:
         """Stop renewing ``goal_id`` (its result is in, or it was rejected)."""
         with self._lock:
-            self._goals.discard(goal_key(goal_id))
+            self._goals.discard(goal_id_hex(goal_id))
 
     @property
     def held(self) -> list[str]:

@@ -17,7 +17,9 @@ from action_msgs.msg import GoalInfo
 from action_msgs.srv import CancelGoal
 from unique_identifier_msgs.msg import UUID
 
-from flashrt_ros.client import TIMEOUT_CODE, ServiceCallError
+from flashrt_ros.client.core import TIMEOUT_CODE, ServiceCallError
+from flashrt_ros.interface.errors import ErrorCode
+from flashrt_ros.interface.goals import goal_id_hex
 
 ACTIONS = ("run_policy", "generate")
 #: The action a node's goals run on, by its engine.
@@ -52,14 +54,15 @@ def cancel_goals(client: Any, goal_id: str = "", timeout_s: float = 10.0) -> lis
     if goal_id:
         if running is None or not running.goal_id.startswith(goal_id.lower()):
             now = f"the running goal is {running.goal_id}" if running else "no goal is running"
-            raise ServiceCallError(f"no running goal on {client.namespace} matches {goal_id!r} ({now})", 1)
+            raise ServiceCallError(f"no running goal on {client.namespace} matches {goal_id!r} ({now})",
+                                   ErrorCode.NOT_FOUND)
         targets = [(running.action, bytes.fromhex(running.goal_id))]
     else:
         targets = [(action, bytes(16)) for action in ACTIONS]       # zero id and stamp: every goal
     cancelling: list[RunningGoal] = []
     for action, raw_id in targets:
         for info in _call_cancel(client, action, raw_id, timeout_s).goals_canceling:
-            key = bytes(bytearray(info.goal_id.uuid)).hex()
+            key = goal_id_hex(info.goal_id)
             known = running is not None and running.goal_id == key
             cancelling.append(RunningGoal(action, key, running.owner if known else "",
                                           running.state if known else ""))

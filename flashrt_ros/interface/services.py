@@ -1,12 +1,12 @@
-"""Every capsule service verb, declared once: the table the node, the client, the CLI and both
-behaviour-tree front-ends are made from.
+"""Every capsule service verb, declared once: the table the node's services, the client, the CLI
+and both behaviour-tree front-ends are made from.
 
 Why one table: a verb used to be written by hand in about ten places (the node's service table
 and handler, the client's tables, a CLI sub-command and its dispatch, a BehaviorTree.CPP node, a
 py_trees class, docs), and they drifted. Here each ``ServiceVerb`` says what the others need:
 
-* the service: its name (``~/snapshot``), type, and the handler that serves it on the engine's
-  capsule surface (``engine.capsules``, runtime/capsule_verbs.py);
+* the service: its name (``~/snapshot``) and type; the node's handler for it is
+  ``flashrt_ros.ros.verb_handlers.HANDLERS[name]`` (one per verb, a test checks);
 * when it runs: ``at_boundary`` (reads or writes the live state: between two engine steps) or
   store-only (never holds the engine), whether it ``replaces_state`` (the policy's inputs then
   follow ``inputs_after_restore``), which ``engines`` serve it;
@@ -17,13 +17,12 @@ py_trees class, docs), and they drifted. Here each ``ServiceVerb`` says what the
   and output ports), if it has one.
 
 Derived from it: ``ros/state_services.py`` (services and dispatch), ``client.SERVICES`` and
-``RETRY_SAFE_VERBS``, the CLI's sub-commands, ``bt/nodes.py``'s node definitions (and so the
-Groot2 model and the node table of docs/behaviour_trees.md), ``bt/behaviours.py``'s classes, and
-the service table of docs/services.md (``python -m flashrt_ros.ros.service_verbs``).
-Adding a verb: its .srv, one entry here (with its handler), the engine method, tests.
-
-No torch here (the client and the CLI import this table): the handlers reach the engine only
-through ``VerbContext``.
+``RETRY_SAFE_VERBS``, the CLI's sub-commands, the tree nodes (``interface/tree_nodes.py``, and so
+the Groot2 model and the node table of docs/behaviour_trees.md), ``bt/behaviours.py``'s classes,
+the service table of docs/services.md and the command table of docs/cli.md
+(``python -m flashrt_ros.interface.generate``).
+Adding a verb: its .srv, one entry here, its handler in ``ros/verb_handlers.py`` (with the engine
+method it calls), tests.
 """
 from __future__ import annotations
 
@@ -32,12 +31,10 @@ from typing import Any, Callable
 
 from std_srvs.srv import Trigger
 
-from flashrt_ros.ros import conversions as conv
-from flashrt_ros.ros.diagnostics import tier_bytes
-from flashrt_ros.runtime.errors import InvalidArgument, NotActive
 from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
                              Snapshot, SwitchSession, Unpin, Verify)
 
+#: The capsule tiers, fastest first (a snapshot's or fork's ``tier``; the ``default_tier`` parameter).
 TIERS = ("device", "host", "disk")
 
 
@@ -70,6 +67,11 @@ class RequestField:
         """Its attribute on the parsed command line (``--live`` -> ``live``)."""
         return self.flag or self.name
 
+    @property
+    def cli_option(self) -> str:
+        """Its command-line option (``--against-live`` is ``--live``); positional fields have none."""
+        return "--" + self.cli_dest.replace("_", "-")
+
     def below_minimum(self, value: Any) -> str | None:
         """Why ``value`` is refused (``steps must be >= 1``), or None."""
         if self.minimum is not None and value < self.minimum:
@@ -96,20 +98,6 @@ class TreeNode:
     outputs: tuple[TreeOutput, ...] = ()
 
 
-@dataclass
-class VerbContext:
-    """What a handler may use on the node, built per request (``ros/state_services.py``)."""
-
-    capsules: Any                   # engine.capsules (runtime.capsule_verbs.CapsuleVerbs)
-    engine: Any
-    policy_io: Any                  # ros.policy_io.PolicyIO; None unless an active policy node
-    boundary_timeout_s: float
-    tier: Callable[[str], str]      # a request's tier, or the live default_tier; checked
-
-
-Handler = Callable[[VerbContext, Any, Any], None]      # (context, request, response): fills the response
-
-
 @dataclass(frozen=True)
 class ServiceVerb:
     """One capsule service verb (see the module docstring)."""
@@ -118,7 +106,6 @@ class ServiceVerb:
     srv: type
     summary: str                    # one line: the CLI command's help
     doc: str                        # what it does: the docs/services.md table
-    serve: Handler
     at_boundary: bool               # True: runs between two engine steps; False: store only
     fields: tuple[RequestField, ...] = ()
     replaces_state: bool = False    # restore, reset, rollback, switch: the live state is another one
@@ -132,129 +119,21 @@ class ServiceVerb:
         """The CLI sub-command (``close_session`` -> ``close-session``)."""
         return self.name.replace("_", "-")
 
+    @property
+    def srv_type_name(self) -> str:
+        """``flashrt_ros/srv/Snapshot``, ``std_srvs/srv/Trigger``."""
+        package = "std_srvs" if self.srv is Trigger else "flashrt_ros"
+        return f"{package}/srv/{self.srv.__name__}"
+
     def is_retry_safe(self, fields: dict[str, Any]) -> bool:
         return self.retry_safe or (bool(self.retry_safe_if) and bool(fields.get(self.retry_safe_if)))
 
-    def check_request(self, request: Any, engine_kind: str) -> None:
-        """Refuse, before anything waits or changes, what the declaration rules out."""
+    def refusal(self, request: Any, engine_kind: str) -> str | None:
+        """Why the declaration rules ``request`` out on an ``engine_kind`` node (the node answers
+        INVALID_ARGUMENT before anything waits or changes), or None."""
         if engine_kind not in self.engines:
-            raise InvalidArgument(f"{self.name} applies to engine_kind={'/'.join(self.engines)}")
-        for f in self.fields:
-            reason = f.below_minimum(getattr(request, f.name))
-            if reason:
-                raise InvalidArgument(reason)
-
-
-# --- the handlers: one engine call each ------------------------------------------------------
-def _snapshot(ctx: VerbContext, req: Any, resp: Any) -> None:
-    capsule = ctx.capsules.snapshot(req.name, session=req.session, tier=ctx.tier(req.tier),
-                                    pinned=req.pin, overwrite=req.overwrite)
-    resp.capsule = conv.capsule_info(capsule)
-    resp.message = f"snapshot {capsule.name} at position {capsule.position} ({capsule.tier})"
-
-
-def _restore(ctx: VerbContext, req: Any, resp: Any) -> None:
-    capsule = ctx.capsules.restore(req.name, verify=req.verify)
-    resp.capsule = conv.capsule_info(capsule)
-    resp.message = f"restored {capsule.name}: position {capsule.position}"
-
-
-def _fork(ctx: VerbContext, req: Any, resp: Any) -> None:
-    capsule = ctx.capsules.fork(req.source, req.name, tier=ctx.tier(req.tier))
-    resp.capsule = conv.capsule_info(capsule)
-    resp.message = f"forked {req.source} -> {capsule.name}"
-
-
-def _drop(ctx: VerbContext, req: Any, resp: Any) -> None:
-    ctx.capsules.drop(req.name)
-    resp.message = f"dropped {req.name}"
-
-
-def _rollback(ctx: VerbContext, req: Any, resp: Any) -> None:
-    resp.position = int(ctx.capsules.rollback(int(req.steps)))
-    resp.boundary_id = int(ctx.engine.status()["boundary"])
-    resp.message = f"rolled back {req.steps} boundaries to position {resp.position}"
-
-
-def _reset(ctx: VerbContext, req: Any, resp: Any) -> None:
-    ctx.capsules.reset()
-    resp.message = "engine state reset to empty (capsules kept)"
-
-
-def _switch_session(ctx: VerbContext, req: Any, resp: Any) -> None:
-    if not req.session:
-        raise InvalidArgument("session must name the session to make live")
-    resp.previous_session = ctx.capsules.switch_session(req.session, timeout=ctx.boundary_timeout_s)
-    resp.message = (f"session {req.session} is live (parked {resp.previous_session})"
-                    if resp.previous_session != req.session else f"session {req.session} was already live")
-
-
-def _policy_io(ctx: VerbContext) -> Any:
-    if ctx.policy_io is None:            # deactivated between the lifecycle check and here
-        raise NotActive("the policy loop is not running (node not active)")
-    return ctx.policy_io
-
-
-def _pause(ctx: VerbContext, req: Any, resp: Any) -> None:
-    policy_io = _policy_io(ctx)
-    policy_io.paused = True
-    policy_io.drop_pending_plan()        # nothing planned before the pause reaches the robot after it
-    resp.message = "policy paused at a boundary"
-
-
-def _resume(ctx: VerbContext, req: Any, resp: Any) -> None:
-    _policy_io(ctx).paused = False
-    resp.message = "policy resumed"
-
-
-def _list(ctx: VerbContext, req: Any, resp: Any) -> None:
-    listed = ctx.capsules.list(session=req.session)
-    resp.capsules = [conv.capsule_info(c) for c in listed]
-    stats = tier_bytes(ctx.capsules.stats())
-    resp.device_bytes, resp.host_bytes = stats["device_bytes"], stats["host_bytes"]
-    resp.disk_bytes = stats["disk_bytes"]
-    resp.message = f"{len(listed)} capsules"
-
-
-def _save(ctx: VerbContext, req: Any, resp: Any) -> None:
-    from flashrt_ros.runtime.disk import capsule_path    # imported here: the disk format pulls in torch
-    capsule = ctx.capsules.save(req.name)
-    path = capsule_path(ctx.capsules.store.directory, capsule.name)
-    resp.capsule, resp.path = conv.capsule_info(capsule), str(path)
-    resp.message = f"saved {capsule.name} to {path}"
-
-
-def _load(ctx: VerbContext, req: Any, resp: Any) -> None:
-    capsule = ctx.capsules.load(req.name)
-    resp.capsule = conv.capsule_info(capsule)
-    resp.message = f"loaded {capsule.name} ({capsule.nbytes} bytes, hashes verified)"
-
-
-def _verify(ctx: VerbContext, req: Any, resp: Any) -> None:
-    stored = ctx.capsules.verify(req.name)
-    live = ctx.capsules.verify(req.name, against_live=True) if req.against_live else None
-    resp.intact = bool(stored.ok)
-    resp.matches_live = bool(live.ok) if live is not None else False
-    resp.differing_buffers = list((live or stored).mismatched)
-    state = "intact" if resp.intact else ("unverified" if not stored.verified else "CORRUPT")
-    resp.message = (f"{req.name}: {state}"
-                    + (f", {'matches' if resp.matches_live else 'differs from'} live state"
-                       if req.against_live else ""))
-
-
-def _pin(ctx: VerbContext, req: Any, resp: Any) -> None:
-    resp.capsule = conv.capsule_info(ctx.capsules.pin(req.name))
-    resp.message = f"pinned {req.name}: budgets will not demote it, drop refuses it"
-
-
-def _unpin(ctx: VerbContext, req: Any, resp: Any) -> None:
-    resp.capsule = conv.capsule_info(ctx.capsules.unpin(req.name))
-    resp.message = f"unpinned {req.name}"
-
-
-def _close_session(ctx: VerbContext, req: Any, resp: Any) -> None:
-    ctx.capsules.close_session(req.session)
-    resp.message = f"closed session {req.session} (its parked state is freed)"
+            return f"{self.name} applies to engine_kind={'/'.join(self.engines)}"
+        return next(filter(None, (f.below_minimum(getattr(request, f.name)) for f in self.fields)), None)
 
 
 # --- fields and outputs several verbs share ----------------------------------------------------
@@ -276,7 +155,7 @@ VERBS: tuple[ServiceVerb, ...] = (
     ServiceVerb(
         "snapshot", Snapshot, "snapshot the live state into a capsule",
         "copy the live state into capsule `name` (tier `device`/`host`/`disk`, `pin`, `overwrite`)",
-        _snapshot, at_boundary=True, retry_safe_if="overwrite",
+        at_boundary=True, retry_safe_if="overwrite",
         fields=(_capsule_name(),
                 _tier("device | host | disk (empty: the node's default_tier)"),
                 RequestField("session", str, "", "session tag (empty: the current session)"),
@@ -288,7 +167,7 @@ VERBS: tuple[ServiceVerb, ...] = (
         "restore", Restore, "restore a capsule into the live state",
         "copy capsule `name` back into the live buffers (`verify`: re-hash first); a running generation "
         "ends with `cancelled`",
-        _restore, at_boundary=True, replaces_state=True, retry_safe=True,
+        at_boundary=True, replaces_state=True, retry_safe=True,
         fields=(_capsule_name(),
                 RequestField("verify", bool, False, "re-hash the capsule first (refuse a damaged one)")),
         tree=TreeNode("Restore", "Copy capsule `capsule` back into the live state at the next committed boundary.",
@@ -296,7 +175,7 @@ VERBS: tuple[ServiceVerb, ...] = (
     ServiceVerb(
         "fork", Fork, "copy a capsule into a new one",
         "copy capsule `source` into a new independent capsule `name`",
-        _fork, at_boundary=False,
+        at_boundary=False,
         fields=(RequestField("source", str, None, "existing capsule", positional=True),
                 RequestField("name", str, None, "new capsule name", positional=True, port="capsule",
                              behaviour_arg="new_name"),
@@ -306,12 +185,12 @@ VERBS: tuple[ServiceVerb, ...] = (
     ServiceVerb(
         "drop", Drop, "delete a capsule",
         "delete a capsule from every tier, disk files included (pinned: refused)",
-        _drop, at_boundary=False, fields=(_capsule_name(),),
+        at_boundary=False, fields=(_capsule_name(),),
         tree=TreeNode("Drop", "Delete capsule `capsule` from every tier, disk files included (store only).")),
     ServiceVerb(
         "rollback", Rollback, "go back STEPS committed boundaries",
         "go back `steps` committed boundaries (at most `rollback_depth`; a restore starts a new history)",
-        _rollback, at_boundary=True, replaces_state=True,
+        at_boundary=True, replaces_state=True,
         fields=(RequestField("steps", int, 1, "boundaries to undo (>= 1)", positional=True, minimum=1),),
         tree=TreeNode("Rollback", "Go back `steps` committed boundaries (at most the node's rollback_depth).",
                       (TreeOutput("position", int, "the capsule's / state's position (steps or tokens)",
@@ -319,7 +198,7 @@ VERBS: tuple[ServiceVerb, ...] = (
     ServiceVerb(
         "reset", Trigger, "reset the engine state (capsules stay)",
         "empty the engine state (capsules stay)",
-        _reset, at_boundary=True, replaces_state=True, retry_safe=True,
+        at_boundary=True, replaces_state=True, retry_safe=True,
         tree=TreeNode("Reset", "Empty the current session's state (a new episode or conversation); capsules stay.")),
     ServiceVerb(
         "switch_session", SwitchSession,
@@ -327,74 +206,55 @@ VERBS: tuple[ServiceVerb, ...] = (
         "make session `session` live at a committed boundary: the current one is parked, `session`'s parked "
         "state restored (a new name starts empty); answers `previous_session`. Empty name: "
         "`INVALID_ARGUMENT`; the current session: nothing changes",
-        _switch_session, at_boundary=True, replaces_state=True, retry_safe=True, fields=(_SESSION_NAME,),
+        at_boundary=True, replaces_state=True, retry_safe=True, fields=(_SESSION_NAME,),
         tree=TreeNode("SwitchSession", "Park the current session and make `session` live (a new name starts "
                       "empty).", (TreeOutput("previous_session", str, "the session that was live before",
                                              lambda r: r.previous_session),))),
     ServiceVerb(
         "pause", Trigger, "pause the policy loop",
         "stop the policy control loop at a boundary (policy engine)",
-        _pause, at_boundary=True, retry_safe=True, engines=("policy",),
+        at_boundary=True, retry_safe=True, engines=("policy",),
         tree=TreeNode("PausePolicy", "Stop the policy loop at a boundary; its state stays exactly where it was.")),
     ServiceVerb(
         "resume", Trigger, "resume the policy loop",
         "restart the policy control loop at a boundary (policy engine)",
-        _resume, at_boundary=True, retry_safe=True, engines=("policy",),
+        at_boundary=True, retry_safe=True, engines=("policy",),
         tree=TreeNode("ResumePolicy", "Restart the policy loop.")),
     ServiceVerb(
         "list", ListCapsules, "list capsules",
         "capsules (optionally of one `session`) and bytes per tier; parked sessions are not listed",
-        _list, at_boundary=False, retry_safe=True,
+        at_boundary=False, retry_safe=True,
         fields=(RequestField("session", str, "", "only this session's capsules (empty: all)"),)),
     ServiceVerb(
         "save", Save, "write a capsule to disk",
         "write a capsule to `capsule_directory` (one safetensors file, replaced atomically)",
-        _save, at_boundary=False, retry_safe=True, fields=(_capsule_name(),)),
+        at_boundary=False, retry_safe=True, fields=(_capsule_name(),)),
     ServiceVerb(
         "load", Load, "read a capsule from the capsule directory",
         "read a capsule file, checking format, fingerprint, layout and every hash",
-        _load, at_boundary=False, fields=(_capsule_name(),)),
+        at_boundary=False, fields=(_capsule_name(),)),
     ServiceVerb(
         "verify", Verify, "re-hash a capsule (and compare with the live state)",
         "re-hash a stored capsule against the hashes taken at snapshot time (`intact`); `against_live`: "
         "compare it with the live state (at a boundary). A capsule without recorded hashes (CUDA device "
         "tier, see below) answers `intact=false` with the message `unverified`",
-        _verify, at_boundary=False, retry_safe=True,
+        at_boundary=False, retry_safe=True,
         fields=(_capsule_name(),
                 RequestField("against_live", bool, False, "also compare with the live state", flag="live"))),
     ServiceVerb(
         "pin", Pin, "keep a capsule where it is (no demotion, no drop)",
         "pin capsule `name`: budgets never demote or evict it, `~/drop` and overwrites refuse it (`PINNED`)",
-        _pin, at_boundary=False, retry_safe=True, fields=(_capsule_name(),)),
+        at_boundary=False, retry_safe=True, fields=(_capsule_name(),)),
     ServiceVerb(
         "unpin", Unpin, "let budgets demote a capsule again",
         "release a pin (from `~/pin` or `Snapshot.pin`): budgets may demote it again, `~/drop` accepts it",
-        _unpin, at_boundary=False, retry_safe=True, fields=(_capsule_name(),)),
+        at_boundary=False, retry_safe=True, fields=(_capsule_name(),)),
     ServiceVerb(
         "close_session", CloseSession, "forget a parked session and free its state",
         "forget parked session `session` and free its parked capsule in every tier (the current session: "
         "`INVALID_ARGUMENT`, switch away first; unknown: `NOT_FOUND`)",
-        _close_session, at_boundary=False,
+        at_boundary=False,
         fields=(RequestField("session", str, None, "the parked session to forget", positional=True),)),
 )
 
 BY_NAME: dict[str, ServiceVerb] = {v.name: v for v in VERBS}
-
-
-def services_markdown() -> str:
-    """The service table of docs/services.md (generated; a test keeps the doc current)."""
-    def resent(v: ServiceVerb) -> str:
-        return "yes" if v.retry_safe else (f"with `{v.retry_safe_if}`" if v.retry_safe_if else "no")
-
-    def type_name(v: ServiceVerb) -> str:
-        package = "std_srvs" if v.srv is Trigger else "flashrt_ros"
-        return f"`{package}/srv/{v.srv.__name__}`"
-
-    rows = ["| service | type | runs | re-sent after a lost reply | does |", "| --- | --- | --- | --- | --- |"]
-    rows += [f"| `~/{v.name}` | {type_name(v)} | {'at a boundary' if v.at_boundary else 'store only'} | "
-             f"{resent(v)} | {v.doc} |" for v in VERBS]
-    return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":
-    print(services_markdown(), end="")

@@ -14,9 +14,10 @@ reliable, transient local, keep-last 1 (a reader that subscribes transient local
 - ``~/command`` (sub, ``std_msgs/Float64MultiArray``: the two joint position targets,
   as to a ros2_control forward position controller)
 
-Parameter ``target`` ([x, y] in metres; settable live, ``ros2 param set /sim target "[0.1, 0.15]"``
-or a tree's ``SetParameter``): moves the target at once, before the answer, without publishing,
-so the next command's observation shows it (a reset draws a new target from ``seed``).
+Parameters: ``interface/sim_params.py`` (docs/parameters.md). ``target`` ([x, y] in metres; settable
+live, ``ros2 param set /sim target "[0.1, 0.15]"`` or a tree's ``SetParameter``) moves the target at
+once, before the answer, without publishing, so the next command's observation shows it (a reset
+draws a new target from ``seed``).
 
 Modes (parameter ``mode``):
 - ``lockstep``: every command advances the physics by one control period and
@@ -49,6 +50,9 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float32MultiArray, Float64, Float64MultiArray, UInt64
 from std_srvs.srv import Trigger
 
+from flashrt_ros.interface.errors import ErrorCode
+from flashrt_ros.interface.sim_params import SIM_PARAMS, SimConfig
+from flashrt_ros.ros.parameters import declare_parameters, read_config, refuse_invalid_sets
 from flashrt_ros.ros.spinning import serve_until_interrupted
 from flashrt_ros.srv import Restore, Snapshot
 
@@ -60,22 +64,12 @@ class SimNode(Node):
         super().__init__(node_name, **kwargs)
         from flashrt_ros.sim.arm import JOINTS, ArmConfig, ArmSim
         from flashrt_ros.sim.arm_task import ReachCriterion
-        self.declare_parameter("seed", 0)
-        self.declare_parameter("publish_on_restore", False)
-        self.declare_parameter("target", Parameter.Type.DOUBLE_ARRAY)
-        self.declare_parameter("mode", "lockstep")
-        self.declare_parameter("control_rate_hz", 50.0)
-        self.declare_parameter("render", True)
-        self.declare_parameter("image_width", 64)
-        self.declare_parameter("image_height", 64)
-        p = {n: self.get_parameter(n).value for n in
-             ("seed", "mode", "control_rate_hz", "render", "image_width", "image_height")}
-        if p["mode"] not in ("lockstep", "realtime"):
-            raise ValueError(f"mode must be lockstep or realtime (got {p['mode']!r})")
-        self.mode, self.joints = p["mode"], list(JOINTS)
-        self.sim = ArmSim(ArmConfig(control_period_s=1.0 / p["control_rate_hz"], render=p["render"],
-                                    image_width=p["image_width"], image_height=p["image_height"]),
-                          seed=p["seed"])
+        declare_parameters(self, SIM_PARAMS)
+        p = read_config(self, SimConfig)           # ValueError naming a bad value
+        self.mode, self.joints = p.mode, list(JOINTS)
+        self.sim = ArmSim(ArmConfig(control_period_s=1.0 / p.control_rate_hz, render=p.render,
+                                    image_width=p.image_width, image_height=p.image_height),
+                          seed=p.seed)
         self._lock = threading.Lock()
         self._snapshots: dict[str, Any] = {}
         self._command: list[float] | None = None
@@ -94,16 +88,17 @@ class SimNode(Node):
         self._reached_pub = self.create_publisher(Bool, "~/reached", latched)
         self._criterion = ReachCriterion()
         self.create_subscription(Float64MultiArray, "~/command", self._on_command, reliable)
+        self.add_on_set_parameters_callback(refuse_invalid_sets(SIM_PARAMS))
         self.add_on_set_parameters_callback(self._check_target)
         self.add_post_set_parameters_callback(self._apply_target)
         self.create_service(Trigger, "~/reset", self._reset)
         self.create_service(Snapshot, "~/snapshot", self._snapshot)
         self.create_service(Restore, "~/restore", self._restore)
         if self.mode == "realtime":
-            self.create_timer(1.0 / p["control_rate_hz"], self._on_timer)
-        self.get_logger().info(f"sim ready: {self.mode}, seed {p['seed']}, "
-                               f"{p['image_width']}x{p['image_height']} camera"
-                               f"{'' if p['render'] else ' (off)'}")
+            self.create_timer(1.0 / p.control_rate_hz, self._on_timer)
+        self.get_logger().info(f"sim ready: {self.mode}, seed {p.seed}, "
+                               f"{p.image_width}x{p.image_height} camera"
+                               f"{'' if p.render else ' (off)'}")
 
     # --- the loop --------------------------------------------------------------
     def _on_command(self, msg: Float64MultiArray) -> None:
@@ -168,7 +163,7 @@ class SimNode(Node):
     # --- services ----------------------------------------------------------------
     def _reset(self, request: Any, response: Any) -> Any:
         with self._lock:
-            self.sim.reset(int(self.get_parameter("seed").value))
+            self.sim.reset(read_config(self, SimConfig).seed)
             self._command = None
             self._publish_observation()
         response.success, response.message = True, "episode reset; first observation published"
@@ -185,12 +180,12 @@ class SimNode(Node):
         with self._lock:
             state = self._snapshots.get(request.name)
             if state is None:
-                response.success, response.error_code = False, 1
+                response.success, response.error_code = False, int(ErrorCode.NOT_FOUND)
                 response.message = f"no physics snapshot named {request.name!r}"
                 return response
             self.sim.set_state(state)
             response.capsule.name, response.capsule.position = request.name, self.sim.steps
-            if self.get_parameter("publish_on_restore").value:
+            if read_config(self, SimConfig).publish_on_restore:
                 self._publish_observation()
         response.success, response.message = True, f"physics restored to {request.name} (step {self.sim.steps})"
         return response

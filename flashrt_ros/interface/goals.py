@@ -1,0 +1,15 @@
+"""How node and clients name a goal: its UUID as 32 lowercase hex digits.
+
+Why declared here: the id travels as text between the two sides: a client renews its goals by
+these ids (``GoalHeartbeat.goal_ids``), ``~/status`` shows the running goal's (``goal_id``), a
+refused goal's message names it and ``flashrt cancel`` takes it back.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def goal_id_hex(goal_id: Any) -> str:
+    """A goal id (``unique_identifier_msgs/UUID``, or its ``uuid`` bytes) as 32 hex digits."""
+    raw = getattr(goal_id, "uuid", goal_id)
+    return bytes(bytearray(raw)).hex()

@@ -1,0 +1,169 @@
+"""π0 / π0.5 in the ``fast`` numerics on the CPU (tiny sizes): the same function as ``exact``, the same state.
+
+What a plan computes with is free, what it touches is not: ``fast`` (fused projections, folded norms, the row
+kernels' torch references, SDPA) must give ``exact``'s actions within float32 rounding, and keep every capsule
+property ``exact`` has: mid-chunk restore, a plan in flight, re-instruct by fork, what a plan writes, no host read
+in a body. The triton kernels themselves are ``test_fused_rows.py``; on a GPU, ``test_pi0_cuda.py``.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from host_reads import no_host_reads
+from tiny_pi import tiny_observation, tiny_pi
+from flashrt_ros.engine.chunk_planner import ACTIVE, ReplanConfig
+from flashrt_ros.engine.policy_engine import PolicyEngine
+from flashrt_ros.engine.vla import reinstruct, set_instruction
+from flashrt_ros.models.policy_interface import Guidance
+from flashrt_ros.models.rtc import prefix_weights
+from flashrt_ros.runtime.errors import FingerprintMismatch, InvalidArgument
+
+TASK, OTHER = "pick up the red cube", "open the drawer"
+KINDS = {"pi0": False, "pi05": True}
+
+
+def policy(pi05: bool, numerics: str, dtype: torch.dtype = torch.float32):
+    p = tiny_pi(pi05)
+    if dtype != torch.float32:
+        p.cast(dtype)
+    p.use_numerics(numerics)
+    return p
+
+
+def make_engine(tmp_path, pi05: bool, numerics: str = "fast", name: str = "e", replan: str = "sync",
+                dtype: torch.dtype = torch.float32) -> PolicyEngine:
+    cfg = ReplanConfig(mode=replan, delay_steps=2, late="wait", rtc_horizon=4)
+    engine = PolicyEngine(policy(pi05, numerics, dtype), directory=str(tmp_path / name), rollback_depth=4,
+                          replan=cfg)
+    set_instruction(engine, TASK)
+    return engine
+
+
+def run(engine: PolicyEngine, start: int, n: int) -> torch.Tensor:
+    return torch.stack([engine.step(tiny_observation(start + i, engine.policy.cfg)) for i in range(n)])
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max())
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 5e-2)])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fast_equals_exact_within_rounding(kind, dtype, tolerance, tmp_path):
+    """Three chunks and their pops, the prefix KV rows (zeros past the prompt) and the stored image tokens."""
+    exact = make_engine(tmp_path, KINDS[kind], "exact", "x", dtype=dtype)
+    fast = make_engine(tmp_path, KINDS[kind], "fast", "f", dtype=dtype)
+    assert rel(run(fast, 0, 15), run(exact, 0, 15)) <= tolerance
+    p = exact.policy
+    for name in (p.KEY + "0", p.VALUE + "1", p.IMAGES):
+        assert rel(fast.arena[name], exact.arena[name]) <= tolerance, name
+    assert torch.equal(fast.arena[p.PREFIX_LEN], exact.arena[p.PREFIX_LEN])
+    valid = int(exact.arena[p.PREFIX_LEN])
+    assert (fast.arena[p.KEY + "0"][valid:] == 0).all()
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_rtc_guided_fast_plan_equals_exact_within_rounding(kind):
+    cfg = tiny_pi(KINDS[kind]).cfg
+    guide = Guidance(torch.randn(cfg.n_action_steps, cfg.action_dim, generator=torch.Generator().manual_seed(1)),
+                     torch.tensor(3), prefix_weights(2, 4, cfg.chunk_size, "linear"))
+    queues = {}
+    for numerics in ("exact", "fast"):
+        engine = PolicyEngine(policy(KINDS[kind], numerics))
+        set_instruction(engine, TASK)
+        with torch.no_grad():
+            engine.policy.plan(tiny_observation(0, cfg), engine.arena, guide)
+        queues[numerics] = engine.arena[engine.policy.QUEUE].clone()
+    assert rel(queues["fast"], queues["exact"]) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fast_snapshot_mid_chunk_other_work_restore_is_bit_identical(kind, tmp_path):
+    uninterrupted = run(make_engine(tmp_path, KINDS[kind], name="ref"), 0, 17)
+    engine = make_engine(tmp_path, KINDS[kind])
+    first = run(engine, 0, 7)
+    engine.capsules.snapshot("mid")
+    set_instruction(engine, OTHER)
+    run(engine, 50, 9)
+    engine.capsules.reset(seed=7)
+    run(engine, 80, 3)
+    engine.capsules.restore("mid")
+    assert torch.equal(torch.cat([first, run(engine, 7, 10)]), uninterrupted)
+
+
+@pytest.mark.parametrize("mode", ["async", "rtc"])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fast_capsule_with_a_plan_in_flight_continues_bit_identically(kind, mode, tmp_path):
+    engine = make_engine(tmp_path, KINDS[kind], replan=mode)
+    run(engine, 0, 4)
+    assert int(engine.arena[ACTIVE]) == 1, "a plan is in flight at the snapshot"
+    engine.capsules.snapshot("in_flight")
+    once = run(engine, 4, 12)
+    engine.capsules.restore("in_flight")
+    assert torch.equal(once, run(engine, 4, 12))
+    engine.close()
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fast_reinstruct_by_fork_equals_a_cold_replan(kind, tmp_path):
+    engine = make_engine(tmp_path, KINDS[kind])
+    n = engine.policy.cfg.n_action_steps
+    run(engine, 0, 2)
+    engine.capsules.snapshot("scene")
+    engine.capsules.fork("scene", "branch")
+    engine.capsules.restore("branch")
+    reinstruct(engine, OTHER)
+    forked = run(engine, 0, 2 * n + 1)
+    cold = make_engine(tmp_path, KINDS[kind], name="cold")
+    set_instruction(cold, OTHER)
+    assert torch.equal(forked, run(cold, 0, 2 * n + 1))
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_fast_plan_writes_exactly_the_buffers_its_action_queue_names(kind, tmp_path):
+    engine = make_engine(tmp_path, KINDS[kind])
+    p, arena, queue = engine.policy, engine.arena, engine.policy.action_queue()
+    run(engine, 0, 2)
+    set_instruction(engine, "open")
+    before = {name: arena[name].clone() for name in arena}
+    ahead = torch.zeros(queue.ahead, p.cfg.action_dim)
+    with torch.no_grad():
+        p.plan(tiny_observation(3, p.cfg), arena, None, ahead)
+    assert {name for name in arena if not torch.equal(arena[name], before[name])} == \
+        {queue.chunk, queue.left, *queue.planned}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fast_bodies_read_nothing_on_the_host(kind, tmp_path, monkeypatch):
+    engine = make_engine(tmp_path, KINDS[kind])
+    p, arena = engine.policy, engine.arena
+    cfg = p.cfg
+    obs = tiny_observation(0, cfg)
+    guide = Guidance(torch.randn(cfg.n_action_steps, cfg.action_dim), torch.tensor(3),
+                     prefix_weights(2, 3, cfg.chunk_size, "linear"))
+    with no_host_reads(monkeypatch):
+        p.step_observation(obs, arena, replan=True)
+        p.step_observation(obs, arena, replan=False)
+        p.redraw_chunk(arena)
+        p.replan_from_context(arena)
+        p.plan(obs, arena, guide)
+    assert int(arena[p.LEFT]) == cfg.n_action_steps
+
+
+def test_a_capsule_of_one_numerics_is_refused_by_the_other(tmp_path):
+    """The numerics are part of the fingerprint: a capsule file written by an exact engine is not loaded by a
+    fast one over the same weights (its KV rows were computed with other rounding); and a policy's numerics
+    are chosen once."""
+    exact = make_engine(tmp_path, False, "exact", "shared")
+    run(exact, 0, 3)
+    exact.capsules.snapshot("home")
+    exact.capsules.save("home")
+    fast = make_engine(tmp_path, False, "fast", "shared")
+    assert exact.fingerprint != fast.fingerprint
+    with pytest.raises(FingerprintMismatch):
+        fast.capsules.load("home")
+    p = tiny_pi(False)
+    p.use_numerics("fast")
+    with pytest.raises(InvalidArgument, match="choose it once"):
+        p.use_numerics("exact")
