@@ -25,11 +25,16 @@ MiB = 1 << 20
 
 
 def resolve_device(name: str) -> torch.device:
+    """The device ``name`` names (``auto``: CUDA if available); a CUDA device this torch has no kernels
+    for is refused here, naming the GPU and what to install (``cuda_arch``), not in its first kernel."""
+    from flashrt_ros.engine.cuda_arch import check_device
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidArgument(f"device {name!r} requested but CUDA is not available")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(name)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidArgument(f"device {name!r} requested but CUDA is not available")
+    check_device(device)
     return device
 
 

@@ -24,7 +24,8 @@ The node is its lifecycle and its process; what it serves lives beside it:
 - the actions: ``~/generate`` (``generate_action.GenerateActionServer``, llm
   engine) and ``~/run_policy`` (``policy_action.PolicyActionServer``, policy
   engine); the policy's topics (``policy_io.PolicyTopics``, built on activate);
-- ``~/status`` and ``/diagnostics`` (``diagnostics.py``), published here.
+- ``~/status`` and ``/diagnostics`` (``diagnostics.py``), published here; how
+  replanning goes (late plans, held steps) also in the log (``replan_log.py``).
 
 Executors and threads: a MultiThreadedExecutor with separate callback groups
 for the state services (reentrant: several clients at once), the generate
@@ -69,6 +70,7 @@ from flashrt_ros.ros.generate_action import GenerateActionServer
 from flashrt_ros.ros.goals import GoalBook
 from flashrt_ros.ros.heartbeats import HeartbeatListener
 from flashrt_ros.ros.parameters import declare_parameters, read_config, refuse_invalid_sets
+from flashrt_ros.ros.replan_log import ReplanLog
 from flashrt_ros.ros.spinning import finish_dispatched, spin_until_shutdown
 from flashrt_ros.ros.state_services import StateServices
 from flashrt_ros.runtime.errors import NotActive
@@ -88,6 +90,7 @@ class FlashRTNode(LifecycleNode):
         self._policy_io: Any = None
         self._shutting_down = False                  # set by shut_down_goals(): goals end, none starts
         self._goals = GoalBook(on_change=self._publish_status)
+        self._replan_log = ReplanLog(self.get_logger())
 
         self._state_group = ReentrantCallbackGroup()
         self._action_group = ReentrantCallbackGroup()
@@ -153,6 +156,8 @@ class FlashRTNode(LifecycleNode):
         self._active = True
         self._lifecycle_name = "active"
         self.get_logger().info("active: serving capsule services")
+        if self._config.engine_kind == "policy":
+            self._replan_log.started(self._engine.replan_status())
         self._publish_status()
         return super().on_activate(state)
 
@@ -253,6 +258,8 @@ class FlashRTNode(LifecycleNode):
         if goal is not None:
             status.update(goal_id=goal.goal_id, goal_owner=goal.owner, goal_state=goal.state)
         status.setdefault("engine_kind", self._config.engine_kind)
+        if self._active:
+            self._replan_log.update(status.get("replan", {}))
         stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(conv.engine_status(status, self._lifecycle_name, stamp))
         self._diag_pub.publish(diagnostics_message(self.get_fully_qualified_name(), status,
