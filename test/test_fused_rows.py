@@ -119,3 +119,33 @@ def test_residual_layer_norm_matches_reference(dtype, update, bias):
         ref = fused_rows.residual_layer_norm(x, u, b, w, lb, 1e-6)
     for a, r in zip(triton_path().residual_layer_norm(x, u, b, w, lb, 1e-6), ref):
         close(a, r, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,heads,valid,suffix,state_rows", [(9, 4, 5, 0, 0), (7, 8, 6, 7, 1), (6, 2, 11, 6, 0),
+                                                                 (700, 4, 40, 0, 0)])
+def test_prefix_attention_matches_reference(dtype, rows, heads, valid, suffix, state_rows):
+    """The kernel (interpreter on CPU) against SDPA under the explicit mask: the prefix's valid keys, then the
+    suffix rows with π0's state-token rule; keys past ``valid`` in the prefix hold garbage that must be skipped."""
+    if dtype == torch.bfloat16 and DEVICE == "cpu":
+        pytest.skip("triton 3.6's interpreter computes bf16 tl.dot wrongly (a 16x16 product off by 3e10, seen "
+                    "2026-12-06); the bf16 case runs on a GPU")
+    from flashrt_ros.ops import prefix_attention as attention
+    from flashrt_ros.ops.triton.prefix_attention import prefix_attention as kernel
+    g = torch.Generator().manual_seed(rows + heads)
+    prefix = 48 if rows < 100 else 64
+    n_keys = prefix + suffix
+    D = 32
+    q = torch.randn(rows, heads, D, generator=g).to(DEVICE, dtype)
+    kv = torch.randn(2, n_keys, 1, D, generator=g).to(DEVICE, dtype)
+    kv[:, valid:prefix] = 1e4                                        # padding rows: never seen
+    v = torch.tensor(valid, device=DEVICE)
+    args = (q, kv[0], kv[1], v)
+    with fast_kernels(False):
+        ref = attention.prefix_attention(*args, suffix_start=prefix, suffix_len=suffix, state_rows=state_rows)
+    out = kernel(*args, prefix, suffix, state_rows)
+    close(out, ref, dtype)
+    seen = attention.visible_keys(rows, n_keys, v, prefix, suffix, state_rows)
+    assert seen[:, valid:prefix].sum() == 0 and seen[:, :valid].all()
+    if suffix and state_rows:
+        assert not seen[0, prefix + 1:].any() and seen[1:, prefix:].all()

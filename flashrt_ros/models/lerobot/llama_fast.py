@@ -29,9 +29,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention import sdpa_kernel
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from flashrt_ros.models.lerobot.gemma_fast import _ANY_BACKEND, _MASKED_BACKENDS
 from flashrt_ros.models.lerobot.smolvla_net import LlamaLayer, VLMSizes
 from flashrt_ros.ops.fused_rows import qkv_rope, silu_gate
 
@@ -110,6 +109,11 @@ class FastLlamaLayer(nn.Module):
         return torch.addmm(x, silu_gate(x @ self.gate_up.t(), x=x, eps=self.sizes.rms_norm_eps), self.down.t())
 
 
+#: a masked attention on CUDA: the memory-efficient kernel (masks, capturable), else the math one
+MASKED_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+ANY_BACKEND = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 def grouped_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
     """``q (L, H, D)`` with group-major heads against ``keys, values (S, kv, D)`` (strided views are fine):
     per key head, its queries as rows ``l * group + g`` of one SDPA. ``mask``: ``grouped_mask``'s.
@@ -117,7 +121,7 @@ def grouped_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> 
     L, H, D = q.shape
     S, kv, _ = keys.shape
     rows = q.view(L * (H // kv), kv, D).transpose(0, 1)[None]
-    with sdpa_kernel(_MASKED_BACKENDS if q.is_cuda else _ANY_BACKEND):
+    with sdpa_kernel(MASKED_BACKENDS if q.is_cuda else ANY_BACKEND):
         out = F.scaled_dot_product_attention(rows, keys.transpose(0, 1)[None], values.transpose(0, 1)[None],
                                              attn_mask=mask)
     return out[0].transpose(0, 1).reshape(L, H * D)

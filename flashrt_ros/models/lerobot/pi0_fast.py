@@ -9,10 +9,11 @@ length, the queue) but runs it as few, large kernels:
 - the vision tower: all cameras as one batch (``siglip_fast``);
 - the language model (prefix): folded-norm Gemma layers whose row kernel writes
   the RoPE'd keys and the values straight into the arena's KV rows
-  (``gemma_fast``); bidirectional attention over the valid rows by mask;
+  (``gemma_fast``); bidirectional attention over the valid rows (``ops.prefix_attention``);
 - the expert: the prefix keys and values copied once per plan into a scratch
   buffer with room for the action rows (``multi_tensor`` copy), so each of the
-  ``steps x layers`` attentions is one SDPA without a concatenation; the flow
+  ``steps x layers`` attentions is one kernel (``ops.prefix_attention``) without
+  a concatenation or a mask tensor; the flow
   time's branch is precomputed for the fixed step schedule (π0: the action and
   time products folded into one, its time half a per-step bias; π0.5: every
   adaRMS norm's scale, shift and gate per step);
@@ -30,16 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.gemma_fast import (FastGemmaLayer, ada_residual_norm, adarms_tables, additive_mask,
-                                                   single_key_head_attention)
+from flashrt_ros.models.lerobot.gemma_fast import FastGemmaLayer, ada_residual_norm, adarms_tables
 from flashrt_ros.models.lerobot.siglip_fast import FastVisionModel
 from flashrt_ros.models.policy_interface import Guidance, queue_chunk
 from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.ops.fused_rows import residual_norm, rope_tables
+from flashrt_ros.ops.prefix_attention import prefix_attention
 from flashrt_ros.runtime.arena import StateArena
-
-ALIGN = 16                      # SDPA's memory-efficient kernel wants key counts in multiples of 16
 
 
 class FastPi(nn.Module):
@@ -109,13 +108,12 @@ class FastPi(nn.Module):
         lang = lm.embed_tokens(ids)
         x = torch.cat([arena[policy.IMAGES], lang * math.sqrt(lang.shape[-1])])
         valid = length + c.image_rows
-        mask = additive_mask((torch.arange(c.prefix_capacity, device=x.device) < valid)[None, :], x.dtype)
         layers = lm.layers
         for i, layer in enumerate(layers):
             k, v = arena[f"{policy.KEY}{i}"], arena[f"{policy.VALUE}{i}"]
             q = layer.project_qkv(x, None, self.prefix_cos, self.prefix_sin, k, v, valid=valid)
             if i + 1 < len(layers):                     # the last layer's output is never used
-                x = layer.folded_rest(x, single_key_head_attention(q, k, v, mask))
+                x = layer.folded_rest(x, prefix_attention(q, k, v, valid, suffix_start=c.prefix_capacity))
         arena[policy.PREFIX_LEN].copy_(valid)
 
     def denoise(self, policy, arena: StateArena, counter: Tensor, guide: Guidance | None = None,
@@ -127,32 +125,30 @@ class FastPi(nn.Module):
         x = noise.view(c.chunk_size, c.max_action_dim)
         dev, dtype = x.device, policy.dtype
         P, L = c.prefix_capacity, c.suffix_len
-        total = -(-(P + L) // ALIGN) * ALIGN
         depth = c.expert.depth
-        kv = torch.zeros(2, depth, total, 1, c.expert.head_dim, dtype=dtype, device=dev)
+        kv = torch.empty(2, depth, P + L, 1, c.expert.head_dim, dtype=dtype, device=dev)
         prefix = [arena[f"{name}{i}"] for name in (policy.KEY, policy.VALUE) for i in range(depth)]
         torch._foreach_copy_([kv[j, i, :P] for j in range(2) for i in range(depth)], prefix)
         prefix_len = arena[policy.PREFIX_LEN]
-        keys = torch.arange(total, device=dev)
-        suffix = torch.zeros(L, total, dtype=torch.bool, device=dev)
-        suffix[:, P:P + L] = policy.suffix_mask
-        allowed = (keys < prefix_len)[None, :] | suffix
-        mask = additive_mask(allowed.repeat_interleave(c.expert.num_heads, dim=0), dtype)
         cos, sin = rope_tables(prefix_len + torch.arange(L, device=dev), m.expert.inv_freq)
         state = None if c.pi05 else m.state_proj(arena[policy.STATE_VEC][None, :].to(m.state_proj.weight.dtype))
 
         def velocity(x: Tensor, step: int) -> Tensor:
-            return self.velocity(policy, x, step, state, kv, mask, cos, sin)
+            return self.velocity(policy, x, step, state, kv, prefix_len, cos, sin)
         queue_chunk(integrate_flow(x, steps or c.num_inference_steps, velocity, guide), arena[policy.QUEUE],
                     arena[policy.LEFT], ahead)
 
-    def velocity(self, policy, x: Tensor, step: int, state: Tensor | None, kv: Tensor, mask: Tensor, cos: Tensor,
-                 sin: Tensor) -> Tensor:
+    def velocity(self, policy, x: Tensor, step: int, state: Tensor | None, kv: Tensor, prefix_len: Tensor,
+                 cos: Tensor, sin: Tensor) -> Tensor:
         c, m = self.cfg, policy.model
         P, L = c.prefix_capacity, c.suffix_len
         dtype = policy.dtype
         layers = m.expert.layers
         eps = c.expert.rms_norm_eps
+
+        def attend(q: Tensor, i: int) -> Tensor:         # π0's state token (suffix row 0) sees no action
+            return prefix_attention(q, kv[0, i], kv[1, i], prefix_len, suffix_start=P, suffix_len=L,
+                                    state_rows=0 if c.pi05 else 1)
         if c.pi05:
             h = F.linear(x.to(m.action_in_proj.weight.dtype), m.action_in_proj.weight, m.action_in_proj.bias)
             h = h.to(dtype)
@@ -160,7 +156,7 @@ class FastPi(nn.Module):
             for i, layer in enumerate(layers):
                 h, normed = ada_residual_norm(h, update, gate, self.ada_in[step, i], eps)
                 q = layer.project_qkv(h, normed, cos, sin, kv[0, i, P:P + L], kv[1, i, P:P + L])
-                attn = single_key_head_attention(q, kv[0, i], kv[1, i], mask)
+                attn = attend(q, i)
                 h, normed = ada_residual_norm(h, attn @ layer.o.t(), self.ada_in[step, i, 2], self.ada_post[step, i],
                                               eps)
                 update, gate = layer.gate_up_down(normed), self.ada_post[step, i, 2]
@@ -172,7 +168,7 @@ class FastPi(nn.Module):
             h = torch.cat([state.to(fused.dtype), fused]).to(dtype)
             for i, layer in enumerate(layers):
                 q = layer.project_qkv(h, None, cos, sin, kv[0, i, P:P + L], kv[1, i, P:P + L])
-                h = layer.folded_rest(h, single_key_head_attention(q, kv[0, i], kv[1, i], mask))
+                h = layer.folded_rest(h, attend(q, i))
             _, out = residual_norm(h[-c.chunk_size:], None, None, self.final_scale, None, eps)
         out = out[-c.chunk_size:]
         proj = m.action_out_proj

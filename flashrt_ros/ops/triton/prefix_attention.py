@@ -26,8 +26,9 @@ _LOG2E = math.log2(math.e)
 
 
 @triton.jit
-def _prefix_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, valid_ptr, n_rows, suffix_start, suffix_len, qk_scale,
-                             stride_kt, stride_vt, HEADS: tl.constexpr, STATE_ROWS: tl.constexpr,
+def _prefix_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, valid_ptr, n_rows, qk_scale, stride_kt, stride_vt,
+                             SUFFIX_START: tl.constexpr, SUFFIX_LEN: tl.constexpr, HEADS: tl.constexpr,
+                             STATE_ROWS: tl.constexpr,
                              D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                              DOT_PRECISION: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -39,19 +40,21 @@ def _prefix_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, valid_ptr, n_rows, suff
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    valid = tl.minimum(tl.load(valid_ptr).to(tl.int32), suffix_start)
-    for n in range(0, valid, BLOCK_N):                       # the prefix: every query sees its valid keys
+    valid = tl.load(valid_ptr).to(tl.int32)
+    # the prefix: every query sees its valid keys (static bounds, fixed per policy: the padding past ``valid``
+    # is a block or so, and triton's interpreter takes no loop bound read from memory)
+    for n in range(0, SUFFIX_START, BLOCK_N):
         key = n + keys
-        live = key < valid
+        live = (key < valid) & (key < SUFFIX_START)
         k = tl.load(k_ptr + key[:, None] * stride_kt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
         v = tl.load(v_ptr + key[:, None] * stride_vt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         qk = tl.where(live[None, :], qk, float("-inf"))
         acc, m_i, l_i = _softmax_step(acc, m_i, l_i, qk, v, DOT_PRECISION)
-    for n in range(0, suffix_len, BLOCK_N):                  # the suffix: the state rows' block rule
+    for n in range(0, SUFFIX_LEN, BLOCK_N):                  # the suffix: the state rows' block rule
         i = n + keys
-        live = i < suffix_len
-        at = suffix_start + i
+        live = i < SUFFIX_LEN
+        at = SUFFIX_START + i
         k = tl.load(k_ptr + at[:, None] * stride_kt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
         v = tl.load(v_ptr + at[:, None] * stride_vt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
@@ -77,8 +80,8 @@ def prefix_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
         return out
     block_m = 64 if rows > 2048 else 16
     _prefix_attention_kernel[(triton.cdiv(rows, block_m),)](
-        q, keys, values, out, valid, rows, suffix_start, suffix_len, D ** -0.5 * _LOG2E,
-        keys.stride(0), values.stride(0), HEADS=H, STATE_ROWS=state_rows, D=D, BLOCK_M=block_m, BLOCK_N=64,
+        q, keys, values, out, valid, rows, D ** -0.5 * _LOG2E, keys.stride(0), values.stride(0),
+        SUFFIX_START=suffix_start, SUFFIX_LEN=suffix_len, HEADS=H, STATE_ROWS=state_rows, D=D, BLOCK_M=block_m, BLOCK_N=64,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=8 if block_m == 64 else 4, num_stages=2)
     return out
