@@ -148,6 +148,8 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     policy = load_lerobot_policy(directory, dtype=dtype, numerics=numerics)
+    if numerics == "fast":
+        policy.fast.attention = args.attention
     load_s = time.perf_counter() - t0
     policy.set_default_instruction(TASK)            # every episode (reset) starts with it
     if device.type == "cuda":
@@ -332,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draws", type=int, default=10, help="timed redraws and re-instructions")
     ap.add_argument("--compile-mode", default="reduce-overhead", help="LeRobot's compile_mode")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per LeRobot process")
+    ap.add_argument("--attention", choices=("sdpa", "kernel"), default="sdpa",
+                    help="ours-fast's attention (models.lerobot.pi0_fast.ATTENTIONS)")
     ap.add_argument("--profile", action="store_true", help="kernel table and stage times of our replans (GPU)")
     ap.add_argument("--no-reference", action="store_true", help="skip LeRobot eager float32 (no checks)")
     ap.add_argument("--smoke", action="store_true", help="reduced sizes, few steps (CPU allowed)")

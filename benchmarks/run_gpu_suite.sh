@@ -16,7 +16,7 @@
 #   pi0: the π0 / π0.5 GPU tests that need no reference process (captured bodies, re-instruct, fast vs exact) and
 #        the fused row kernels' tests
 #   pi-race: benchmarks.pi0 at the published size (FLASHRT_PI_KIND pi0|pi05, FLASHRT_PI_CAMERAS, FLASHRT_PI_DTYPES,
-#        FLASHRT_PI_SIDES, FLASHRT_PI_TIMEOUT_S per LeRobot process): ours fast / exact with the kernel profile,
+#        FLASHRT_PI_SIDES, FLASHRT_PI_TIMEOUT_S per LeRobot process, FLASHRT_PI_ATTENTION sdpa|kernel): ours fast / exact with the kernel profile,
 #        LeRobot eager and compiled, every side checked against LeRobot eager float32. Needs the LeRobot reference
 #        wheels in .whl/ (scripts/reference_wheels.sh, without av: .stub/av stands in), transformers 4.53.2 with
 #        tokenizers 0.21.4 and huggingface-hub 0.35.3 in .whl-pi/ (installed to /tmp/pi-ref = .venv/pi-reference)
@@ -93,6 +93,7 @@ case ",$PHASES," in *,pi-race,*)
     --build "$ckpt" 2>&1 | tail -5
   timeout "$PT" python3 -m benchmarks.pi0 --checkpoint "$ckpt" --dtypes "${FLASHRT_PI_DTYPES:-bfloat16}" \
     --sides "${FLASHRT_PI_SIDES:-ours-fast,ours-exact,lerobot,compiled}" --profile --episodes 3 --draws 5 \
+    --attention "${FLASHRT_PI_ATTENTION:-sdpa}" \
     --timeout "${FLASHRT_PI_TIMEOUT_S:-600}" --json "$OUT/${kind}_${cams}cam.json" --out "$OUT/${kind}_${cams}cam.md" \
     2>&1 | tee "$OUT/${kind}_race_log.txt" ;;
 esac

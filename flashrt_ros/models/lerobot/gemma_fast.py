@@ -13,10 +13,11 @@ attention, and two or three row kernels (``ops.fused_rows``):
   kernel with per-step tables the policy precomputes (``ada``);
 - the RoPE of queries and keys and the write of keys and values straight into
   their static buffer rows are one kernel; the output and down products add the
-  residual in cuBLAS (``addmm_`` into the residual rows, which the layer owns);
-- attention (``ops.prefix_attention``): all query heads share the one key head
-  and are folded into the rows of one kernel whose mask is arithmetic on the key
-  index (the prefix's valid rows, π0's state-token rule), float32 accumulation.
+  residual in cuBLAS (``addmm``);
+- attention: all query heads share the one key head, so they are folded into
+  query rows (row ``l * heads + h``) of a single-head SDPA over the static keys,
+  with an additive mask (no copies of keys, no float32 scores; the backend's
+  own float32 softmax); ``pi0_fast`` can take ``ops.prefix_attention`` instead.
 
 The weights are built from a loaded ``GemmaLayer`` and replace it (no second
 copy stays on the device).
@@ -24,7 +25,9 @@ copy stays on the device).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashrt_ros.models.lerobot.gemma import GemmaLayer, GemmaSizes
 from flashrt_ros.ops.fused_rows import gelu_gate, qkv_rope, residual_norm
@@ -72,8 +75,30 @@ class FastGemmaLayer(nn.Module):
 
     def folded_rest(self, x: Tensor, attn: Tensor) -> Tensor:
         """Output product (+ residual), then the MLP with its folded norm (+ residual)."""
-        x = x.addmm_(attn, self.o.t())           # in place: no copy of the residual before cuBLAS
-        return x.addmm_(gelu_gate(x @ self.gate_up.t(), x=x, eps=self.sizes.rms_norm_eps), self.down.t())
+        x = torch.addmm(x, attn, self.o.t())
+        return torch.addmm(x, gelu_gate(x @ self.gate_up.t(), x=x, eps=self.sizes.rms_norm_eps), self.down.t())
+
+
+def single_key_head_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    """``q (L, H, D)`` against one key head ``keys, values (S, 1, D)``: the heads as query rows ``l * H + h``
+    of one SDPA; ``mask``: additive, ``(1, 1, 1 or L * H, S)`` in ``q``'s dtype. Returns ``(L, H * D)``."""
+    L, H, D = q.shape
+    S = keys.shape[0]
+    with sdpa_kernel(_MASKED_BACKENDS if q.is_cuda else _ANY_BACKEND):
+        out = F.scaled_dot_product_attention(q.view(1, 1, L * H, D), keys.view(1, 1, S, D),
+                                             values.view(1, 1, S, D), attn_mask=mask)
+    return out.view(L, H * D)
+
+
+#: a masked attention on CUDA: the memory-efficient kernel (masks, head dim 256, capturable), else the math one
+_MASKED_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+_ANY_BACKEND = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """0 where ``allowed``, ``-inf`` elsewhere, as ``(1, 1, rows, S)``."""
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, float("-inf")).to(dtype)[None, None]
 
 
 def adarms_tables(norm: nn.Module, cond: Tensor) -> Tensor:
