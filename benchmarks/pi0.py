@@ -44,6 +44,7 @@ and rewrites ``--out`` from all rows so far:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -144,8 +145,10 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
     gib = 2 ** 30
     memory = {}
     if device.type == "cuda":
+        gc.collect()                                # the previous side's engine and graphs, if unreferenced
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        memory["start_gib"] = torch.cuda.memory_allocated() / gib      # > 0: the figures below include it
     t0 = time.perf_counter()
     policy = load_lerobot_policy(directory, dtype=dtype, numerics=numerics)
     if numerics == "fast":
