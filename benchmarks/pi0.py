@@ -8,34 +8,39 @@ patched transformers 4.53.2, so every LeRobot side runs in a process of its own,
 one after the other on the same GPU; ours runs in this process). 2 or 3 cameras
 at 224 x 224, an 8-D state and a 7-D action.
 
-* LeRobot eager: ``select_action`` on batches its preprocessor made (not timed),
-  in LeRobot's own ``dtype`` (``"bfloat16"`` casts the model as LeRobot does);
+* LeRobot eager: ``select_action``'s queue logic around ``predict_action_chunk`` on
+  batches its preprocessor made (not timed), in LeRobot's own ``dtype``
+  (``"bfloat16"`` casts the model as LeRobot does), our noise passed in;
 * LeRobot compiled: the same with its ``compile_model`` (``torch.compile`` of
-  ``sample_actions``, mode ``--compile-mode``, LeRobot's default
-  ``max-autotune``); the first (warm-up) episode includes compilation and is
-  reported apart;
-* ours: ``PolicyEngine.step`` with ``cuda_graph=True`` (replan, pop, redraw and
-  replan-from-context graphs), the networks in the same dtype.
+  ``sample_actions``, mode ``--compile-mode``, default ``reduce-overhead``), warmed
+  up until an episode compiles nothing (as the race); the first episode, compile
+  included, is reported apart;
+* ours-fast / ours-exact: ``PolicyEngine.step`` with ``cuda_graph=True`` (replan,
+  pop, redraw and replan-from-context graphs), the networks in the same dtype, in
+  each numerics (``docs/policies.md``); ``--profile`` adds the replan's kernel
+  table and stage times (``benchmarks.pi_profile``).
 
-Each side: ``--warmup`` untimed then ``--episodes`` timed episodes of
-``--steps`` steps (200: 4 replans, 196 pops) from a reset, every step timed up to
-a synchronisation; replans and pops apart (p50 / p99); peak device memory.
-**Outputs checked in the same run**: one more episode per side whose noise is
-our counter stream's (seed 0); the max relative difference of our actions from
-each LeRobot side's is reported (fp32: TF32 off on both sides, agreement to
-~1e-3 expected; bf16: two different bf16 computations, reported only). Ours
+Each side: warm-up, then ``--episodes`` timed episodes of ``--steps`` steps (200: 4
+replans, 196 pops) from a reset, every step timed up to a synchronisation; replans
+and pops apart (p50 / p99); device memory. **Outputs checked in the same run**:
+LeRobot eager float32 (TF32 off) runs one checked episode first (the reference);
+every side's checked episode (our counter stream's noise, seed 0) is compared with
+it over the first chunk and the whole episode; float32 sides must be within
+``FP32_TOLERANCE``, bf16 sides within ``max(BF16_FLOOR, BF16_FACTOR x`` LeRobot eager
+bf16's own error), and the run exits 1 when one is not (or a side failed). Ours
 also: a fork's new noise draw (``redraw``), a re-instruction from a fork
 (``reinstruct``: language model + expert, no vision tower) against a cold replan,
-and the capsule times.
+and the capsule times. The JSON and markdown are rewritten after every side (a run
+cut short keeps what finished).
 
 A whole run at the published size takes minutes (the checkpoint alone is ~13 GB
-of fp32 written once; LeRobot's ``max-autotune`` compile is slow), so it can be
-split: ``--build DIR`` writes the checkpoint once, ``--checkpoint DIR`` reuses
+of fp32 written once; a compiled LeRobot's first episode takes minutes), so it can
+be split: ``--build DIR`` writes the checkpoint once, ``--checkpoint DIR`` reuses
 it, ``--sides`` picks the sides, and every run merges its rows into ``--json``
 and rewrites ``--out`` from all rows so far:
 
     python -m benchmarks.pi0 --kind pi0 --cameras 2 --build /tmp/pi0_2cam
-    python -m benchmarks.pi0 --checkpoint /tmp/pi0_2cam --sides ours,lerobot \\
+    python -m benchmarks.pi0 --checkpoint /tmp/pi0_2cam --sides ours-fast,ours-exact,lerobot --profile \\
         --json docs/benchmarks/pi0_h100.json --out docs/benchmarks/pi0_h100.md
     python -m benchmarks.pi0 --checkpoint /tmp/pi0_2cam --sides compiled \\
         --json docs/benchmarks/pi0_h100.json --out docs/benchmarks/pi0_h100.md
