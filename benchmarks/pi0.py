@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             if device.type != "cuda" and dtype_name != "float32":
                 continue                                        # bf16 is the GPU path
             key = f"{case['kind']}|{case['cameras']}|{dtype_name}"
-            row = rows[key] = {}
+            row = rows.setdefault(key, {})           # a split run adds its sides to the row
             if reference is not None:
                 row["reference"] = reference
             for side in sides:
