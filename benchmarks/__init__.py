@@ -18,7 +18,7 @@ Commands:
   ``--help`` and a clear refusal without CUDA).
 - ``policies`` / ``smolvla``: the race against LeRobot (eager, compiled, autocast / bf16 weights), same
   inputs and noise, outputs checked in the run; helpers ``race`` (one precision of one policy),
-  ``lerobot_side`` (LeRobot's modes, built and stepped as ``lerobot_eval`` does), ``spread``
+  ``race_report`` (its markdown page), ``lerobot_side`` (LeRobot's modes, built and stepped as ``lerobot_eval`` does), ``spread``
   (min / median / max, bootstrap interval, steps over a period).
 - ``run_gpu_suite.sh``: the GPU tests, ``capsules``, ``llm`` and the races in one go.
 

@@ -8,34 +8,39 @@ patched transformers 4.53.2, so every LeRobot side runs in a process of its own,
 one after the other on the same GPU; ours runs in this process). 2 or 3 cameras
 at 224 x 224, an 8-D state and a 7-D action.
 
-* LeRobot eager: ``select_action`` on batches its preprocessor made (not timed),
-  in LeRobot's own ``dtype`` (``"bfloat16"`` casts the model as LeRobot does);
+* LeRobot eager: ``select_action``'s queue logic around ``predict_action_chunk`` on
+  batches its preprocessor made (not timed), in LeRobot's own ``dtype``
+  (``"bfloat16"`` casts the model as LeRobot does), our noise passed in;
 * LeRobot compiled: the same with its ``compile_model`` (``torch.compile`` of
-  ``sample_actions``, mode ``--compile-mode``, LeRobot's default
-  ``max-autotune``); the first (warm-up) episode includes compilation and is
-  reported apart;
-* ours: ``PolicyEngine.step`` with ``cuda_graph=True`` (replan, pop, redraw and
-  replan-from-context graphs), the networks in the same dtype.
+  ``sample_actions``, mode ``--compile-mode``, default ``reduce-overhead``), warmed
+  up until an episode compiles nothing (as the race); the first episode, compile
+  included, is reported apart;
+* ours-fast / ours-exact: ``PolicyEngine.step`` with ``cuda_graph=True`` (replan,
+  pop, redraw and replan-from-context graphs), the networks in the same dtype, in
+  each numerics (``docs/policies.md``); ``--profile`` adds the replan's kernel
+  table and stage times (``benchmarks.pi_profile``).
 
-Each side: ``--warmup`` untimed then ``--episodes`` timed episodes of
-``--steps`` steps (200: 4 replans, 196 pops) from a reset, every step timed up to
-a synchronisation; replans and pops apart (p50 / p99); peak device memory.
-**Outputs checked in the same run**: one more episode per side whose noise is
-our counter stream's (seed 0); the max relative difference of our actions from
-each LeRobot side's is reported (fp32: TF32 off on both sides, agreement to
-~1e-3 expected; bf16: two different bf16 computations, reported only). Ours
+Each side: warm-up, then ``--episodes`` timed episodes of ``--steps`` steps (200: 4
+replans, 196 pops) from a reset, every step timed up to a synchronisation; replans
+and pops apart (p50 / p99); device memory. **Outputs checked in the same run**:
+LeRobot eager float32 (TF32 off) runs one checked episode first (the reference);
+every side's checked episode (our counter stream's noise, seed 0) is compared with
+it over the first chunk and the whole episode; float32 sides must be within
+``FP32_TOLERANCE``, bf16 sides within ``max(BF16_FLOOR, BF16_FACTOR x`` LeRobot eager
+bf16's own error), and the run exits 1 when one is not (or a side failed). Ours
 also: a fork's new noise draw (``redraw``), a re-instruction from a fork
 (``reinstruct``: language model + expert, no vision tower) against a cold replan,
-and the capsule times.
+and the capsule times. The JSON and markdown are rewritten after every side (a run
+cut short keeps what finished).
 
 A whole run at the published size takes minutes (the checkpoint alone is ~13 GB
-of fp32 written once; LeRobot's ``max-autotune`` compile is slow), so it can be
-split: ``--build DIR`` writes the checkpoint once, ``--checkpoint DIR`` reuses
+of fp32 written once; a compiled LeRobot's first episode takes minutes), so it can
+be split: ``--build DIR`` writes the checkpoint once, ``--checkpoint DIR`` reuses
 it, ``--sides`` picks the sides, and every run merges its rows into ``--json``
 and rewrites ``--out`` from all rows so far:
 
     python -m benchmarks.pi0 --kind pi0 --cameras 2 --build /tmp/pi0_2cam
-    python -m benchmarks.pi0 --checkpoint /tmp/pi0_2cam --sides ours,lerobot \\
+    python -m benchmarks.pi0 --checkpoint /tmp/pi0_2cam --sides ours-fast,ours-exact,lerobot --profile \\
         --json docs/benchmarks/pi0_h100.json --out docs/benchmarks/pi0_h100.md
     python -m benchmarks.pi0 --checkpoint /tmp/pi0_2cam --sides compiled \\
         --json docs/benchmarks/pi0_h100.json --out docs/benchmarks/pi0_h100.md
@@ -44,6 +49,7 @@ and rewrites ``--out`` from all rows so far:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -144,10 +150,14 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
     gib = 2 ** 30
     memory = {}
     if device.type == "cuda":
+        gc.collect()                                # the previous side's engine and graphs, if unreferenced
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        memory["start_gib"] = torch.cuda.memory_allocated() / gib      # > 0: the figures below include it
     t0 = time.perf_counter()
     policy = load_lerobot_policy(directory, dtype=dtype, numerics=numerics)
+    if numerics == "fast":
+        policy.fast.attention = args.attention
     load_s = time.perf_counter() - t0
     policy.set_default_instruction(TASK)            # every episode (reset) starts with it
     if device.type == "cuda":
@@ -332,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draws", type=int, default=10, help="timed redraws and re-instructions")
     ap.add_argument("--compile-mode", default="reduce-overhead", help="LeRobot's compile_mode")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per LeRobot process")
+    ap.add_argument("--attention", choices=("sdpa", "kernel"), default="sdpa",
+                    help="ours-fast's attention (models.lerobot.pi0_fast.ATTENTIONS)")
     ap.add_argument("--profile", action="store_true", help="kernel table and stage times of our replans (GPU)")
     ap.add_argument("--no-reference", action="store_true", help="skip LeRobot eager float32 (no checks)")
     ap.add_argument("--smoke", action="store_true", help="reduced sizes, few steps (CPU allowed)")
@@ -354,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     rows: dict = json.loads(args.json.read_text()) if args.json and args.json.is_file() else {}
     rows.pop("provenance", None)
+    for r in rows.values():                        # a split run checks the sides an earlier one wrote too
+        for side in r.values():
+            if isinstance(side.get("actions"), list):
+                side["actions"] = torch.tensor(side["actions"])
     name = machine(device)
 
     def write() -> None:
@@ -384,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             if device.type != "cuda" and dtype_name != "float32":
                 continue                                        # bf16 is the GPU path
             key = f"{case['kind']}|{case['cameras']}|{dtype_name}"
-            row = rows[key] = {}
+            row = rows.setdefault(key, {})           # a split run adds its sides to the row
             if reference is not None:
                 row["reference"] = reference
             for side in sides:

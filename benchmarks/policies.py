@@ -47,8 +47,9 @@ sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helper
 
 from benchmarks.lerobot_side import MODE_KEYS, LeRobotSide, Mode  # noqa: E402
 from benchmarks.provenance import git_state, provenance, summary_line  # noqa: E402
-from benchmarks.race import (RaceSettings, apply_eval_flags, failures, headline_lines, race,  # noqa: E402
-                             reference_chunk, side_lines, tolerance)
+from benchmarks.race import (RaceSettings, apply_eval_flags, eval_flags_restored, failures, race,  # noqa: E402
+                             reference_chunk)
+from benchmarks.race_report import TIMED, report  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
@@ -56,18 +57,6 @@ from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
 PRECISIONS = {"float32": "fp32", "bfloat16": "bf16", "fp32": "fp32", "bf16": "bf16"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-TIMED = {
-    "lerobot": "pre-processor (batch dim, to the device, normalisation; SmolVLA: task tokenisation) + "
-               "select_action under torch.inference_mode() (+ torch.autocast bf16) + post-processor "
-               "(unnormalisation, to the CPU), from host observation tensors",
-    "ours": "PolicyEngine.step under torch.inference_mode() (validation, copy into the static inputs, the replan "
-            "or pop graph incl. normalisation and unnormalisation, boundary commit + rollback record, device "
-            "synchronisation) + the action to the host, from the same host observation tensors",
-    "episode": "wall clock from the reset (included) to the last action on the host; noise for a plan is drawn "
-               "before its step (untimed)",
-}
-
-
 def make_checkpoint(kind: str, directory: Path, size: str, cameras: tuple[str, ...] = (),
                     hw: tuple[int, int] | None = None, joints: int | None = None, **overrides):
     """A LeRobot policy at a realistic size (ALOHA ACT, PushT Diffusion), saved as a checkpoint.
@@ -188,13 +177,16 @@ def race_policy(kind: str, policy, directory: Path, observations: list[dict], pr
                 prepare: Callable[[torch.nn.Module], None] | None = None,
                 after: Callable[[PolicyEngine], dict] | None = None, device_budget_bytes: int = 64 << 20,
                 live_capsule_bytes: bool = False,
-                on_result: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
+                on_result: Callable[[str, dict], None] | None = None,
+                numerics: Sequence[str] = ("exact",)) -> dict[str, dict]:
     """Race every precision of one policy: our engine (built per precision) against LeRobot's modes.
 
     ``prepare``: called on our policy before the engine is built (SmolVLA's
-    instruction); ``after``: extra measurements on our engine (SmolVLA's redraw);
-    ``on_result``: called with each finished race (the caller writes partial results,
-    so a run cut short by a timeout still leaves its finished races)."""
+    instruction); ``after``: extra measurements on our engine, into its side's row
+    (SmolVLA's redraw); ``on_result``: called with each finished race (the caller writes
+    partial results, so a run cut short by a timeout still leaves its finished races);
+    ``numerics``: one engine per numerics, each its own side (``ours-<numerics>`` when
+    several, the first the headline's), each checked."""
     out: dict[str, dict] = {}
     policy = policy.eval().to(device)
     reference_side = LeRobotSide(kind, Mode("eager", "fp32", None, False, False), policy, directory, device, extra)
@@ -202,27 +194,36 @@ def race_policy(kind: str, policy, directory: Path, observations: list[dict], pr
     reference = None
     for precision in precisions:
         name = f"{kind} {precision}"
-        t0 = time.perf_counter()
-        ours = load_lerobot_policy(directory, dtype=DTYPES[precision])
-        if prepare is not None:
-            prepare(ours)
-        engine = PolicyEngine(ours, device=device, cuda_graph=device.type == "cuda",
-                              directory=str(tmp / f"caps_{kind}_{precision}"), device_budget_bytes=device_budget_bytes)
-        build_s = time.perf_counter() - t0
+        engines: dict[str, PolicyEngine] = {}
+        build_s: dict[str, float] = {}
         try:
-            noise = plan_noise(kind, engine.policy, s.seed, device)
+            for n in numerics:
+                side = "ours" if len(numerics) == 1 else f"ours-{n}"
+                t0 = time.perf_counter()
+                ours = load_lerobot_policy(directory, dtype=DTYPES[precision], numerics=n)
+                if prepare is not None:
+                    prepare(ours)
+                engines[side] = PolicyEngine(ours, device=device, cuda_graph=device.type == "cuda",
+                                             directory=str(tmp / f"caps_{kind}_{precision}_{n}"),
+                                             device_budget_bytes=device_budget_bytes)
+                build_s[side] = time.perf_counter() - t0
+            first = next(iter(engines.values()))
+            noise = plan_noise(kind, first.policy, s.seed, device)
             if reference is None:
-                reference = reference_chunk(reference_side, observations, chunk, noise, s.seed)
-            result = race(kind, precision, policy, directory, engine, observations, noise, reference, device, s,
-                          extra)
-            result["ours_build_s"] = build_s
-            result["capsule"] = capsule_times(engine, device, engine.arena.live_nbytes() if live_capsule_bytes
+                reference = reference_chunk(reference_side, observations, s.check_steps or chunk, noise, s.seed)
+            result = race(kind, precision, policy, directory, engines, observations, noise, reference, device, s,
+                          extra, chunk)
+            result["ours_build_s"] = build_s if len(numerics) > 1 else build_s["ours"]
+            result["capsule"] = capsule_times(first, device, first.arena.live_nbytes() if live_capsule_bytes
                                               else None)
-            if after is not None:
-                result.update(after(engine))
+            for side, engine in engines.items():
+                if after is not None and side in result["sides"]:
+                    result["sides"][side].update(after(engine))
         finally:
-            engine.close()
-            del engine
+            for engine in engines.values():
+                engine.close()
+            engines.clear()
+            ours = first = engine = None               # the device memory goes before the next precision's
             torch._dynamo.reset()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -233,58 +234,6 @@ def race_policy(kind: str, policy, directory: Path, observations: list[dict], pr
             on_result(name, result)
     policy.to("cpu")
     return out
-
-
-def capsule_lines(results: dict[str, dict]) -> list[str]:
-    lines = ["| policy | state bytes | live bytes | snapshot ms | restore ms | copy floor ms | bytes copied |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, r in results.items():
-        c = r.get("capsule")
-        if c:
-            lines.append(f"| {name} | {c['state_bytes']} | {c['live_bytes']} | {c['snapshot_ms']:.4f} | "
-                         f"{c['restore_ms']:.4f} | {c['copy_floor_ms']:.4f} | {c['copy_bytes']} |")
-    return lines
-
-
-def report(title: str, what: str, results: dict[str, dict], s: RaceSettings, prov: dict, command: str,
-           inputs: str) -> str:
-    """The markdown page: machine, what was timed, the fair headline first, every side, checks, capsules, notes."""
-    flags = prov["flags"]
-    lines = [f"# {title}", "",
-             f"Machine: {summary_line(prov)}. {what}; {s.steps} steps per episode from a reset, {s.episodes} timed "
-             f"episodes per side (after {s.warmup} warm-up; a compiled LeRobot mode: until an episode compiles "
-             f"nothing, at most {s.compile_warmup_max}), sides alternating (the first side rotates), at least "
-             f"{s.replans} replans per side (episodes + a replan loop); times in ms; load average at the end "
-             f"{prov['load_average'][0] if prov['load_average'] else float('nan'):.2f}.", "",
-             f"Command: `{command}`", "",
-             f"Timed, LeRobot: {TIMED['lerobot']}. Ours: {TIMED['ours']}. Episode: {TIMED['episode']}. "
-             f"Observations start on the {inputs}.", "",
-             f"Flags on both sides (lerobot_eval's): cudnn.benchmark={flags['cudnn.benchmark']}, "
-             f"cuda.matmul.allow_tf32={flags['cuda.matmul.allow_tf32']}, cudnn.allow_tf32={flags['cudnn.allow_tf32']}, "
-             f"float32_matmul_precision={flags['float32_matmul_precision']}, every step under torch.inference_mode(). "
-             f"Same noise: LeRobot's select_action(noise=...) gets our stream's draw of each plan (seed {s.seed}).", "",
-             "## Headline: ours against LeRobot's fastest mode of the precision", "",
-             "Speed-up = median LeRobot episode / median ours, 95 % bootstrap interval over episodes. Only a "
-             "LeRobot mode whose first chunk passed the check can be the baseline.", "",
-             *headline_lines(results), "",
-             "## Every side", "",
-             "First-chunk error: max |action - LeRobot eager fp32's| over the first chunk of the first timed "
-             f"episode, relative to the largest reference action; tolerance fp32 {tolerance('fp32', s.tolerances):.0e}"
-             f" ({'TF32 on' if torch.backends.cuda.matmul.allow_tf32 and device_is_cuda(prov) else 'no TF32'}), "
-             f"bf16 {tolerance('bf16', s.tolerances):.0e}. Warm-up: seconds, episodes, frames torch.compile "
-             "compiled (a compiled mode warms up until an episode compiles nothing).", "",
-             *side_lines(results), "",
-             "## Capsules (ours)", "", *capsule_lines(results)]
-    notes = [f"{name}: {n}" for name, r in results.items() for n in r.get("notes", [])]
-    notes += [f"{name}: torch.compile compiled during the timed episodes: {r['compile_counters_during_timing']}"
-              for name, r in results.items() if r.get("compile_counters_during_timing", {}).get("frames.total")]
-    if notes:
-        lines += ["", "## Notes", "", *[f"- {n}" for n in notes]]
-    return "\n".join(lines) + "\n"
-
-
-def device_is_cuda(prov: dict) -> bool:
-    return prov.get("gpu") is not None
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -365,6 +314,7 @@ def publish(args: argparse.Namespace, title: str, what: str, results: dict[str, 
     return failed
 
 
+@eval_flags_restored()
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

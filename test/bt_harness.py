@@ -66,6 +66,10 @@ class ActionLog:
         with self._lock:
             return list(self.actions)
 
+    def connected(self) -> bool:
+        """Whether the node's action publisher is matched (before it, actions would be missed)."""
+        return self._sub.get_publisher_count() > 0
+
 
 @pytest.fixture(scope="module")
 def policy_node(tmp_path_factory, request):

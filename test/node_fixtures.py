@@ -31,7 +31,8 @@ def ros_node():
 
 @contextmanager
 def active_node(tmp_path: Path, name: str, params: dict[str, str] | None = None) -> Iterator[NodeUnderTest]:
-    """A flashrt node in a subprocess, active; afterwards it must stop with status 0 and no traceback."""
+    """A flashrt node in a subprocess, active; afterwards it must stop with status 0, no traceback and
+    no unretrieved exception."""
     n = NodeUnderTest(tmp_path, name, params or {})
     try:
         n.wait_active()
@@ -41,6 +42,7 @@ def active_node(tmp_path: Path, name: str, params: dict[str, str] | None = None)
         raise
     assert n.stop() == 0, n.log.read_text()
     assert "Traceback" not in n.log.read_text(), n.log.read_text()
+    assert "never retrieved" not in n.log.read_text(), n.log.read_text()       # a clean shutdown (issue #50)
 
 
 def client_of(n: NodeUnderTest, ros_node) -> Any:

@@ -56,9 +56,32 @@ def test_a_node_plans_beside_its_loop_and_reports_it(tmp_path, ros_node):  # noq
                                              None), 60, "diagnostics with merged plans")
             assert latest["replan_mode"] == "async" and latest["replan_delay_steps"] == "3"
             assert int(latest["replan_launched"]) >= 5
+            _the_cli_and_the_log_show_it(node)
         finally:
             feed.close()
     ros_node.destroy_subscription(sub)
+
+
+def _the_cli_and_the_log_show_it(node) -> None:
+    """Replanning seen without ros2cli (issue #50): `flashrt status`, `flashrt diagnostics`, the serve log."""
+    import subprocess
+    import sys
+
+    from rosproc import ros_env, wait_for_text
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "--node", f"{node.namespace}/flashrt",
+                               *args], capture_output=True, text=True, env=ros_env(), timeout=300)
+    r = cli("status")
+    assert r.returncode == 0, r.stderr
+    shown = dict(line.split(None, 1) for line in r.stdout.splitlines() if len(line.split(None, 1)) == 2)
+    assert shown.get("replan_mode") == "async" and shown["replan_delay_steps"] == "3", r.stdout + node.log.read_text()
+    assert int(shown["replan_merged"]) > 0 and {"replan_late", "replan_held", "replan_turnaround_p95_ms"} <= set(shown)
+    r = cli("diagnostics")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("[OK] asyncnode/flashrt: engine: active") and "replan_mode" in r.stdout, r.stdout
+    assert "replan async: delay 3 steps, a merged chunk lasts" in node.log.read_text(), node.log.read_text()
+    assert wait_for_text(node.log, "since the last report: ", 60), node.log.read_text()
 
 
 def test_async_on_a_policy_without_an_action_queue_fails_configure_with_the_reason(tmp_path):

@@ -13,12 +13,24 @@ from benchmarks import lerobot_side, spread
 from benchmarks.race import failures, first_chunk_error
 
 
+def _flags() -> tuple[bool, bool, bool]:
+    return (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+
+
 def _run_policies(tmp_path: Path, *extra: str) -> tuple[int, dict, str]:
+    """Run the race in this process; it must leave ``lerobot_eval``'s flags as it found them (off here),
+    or every test after it would run with TF32 and cudnn.benchmark on."""
     from lerobot_reference import lerobot
     lerobot()                                     # skips without the LeRobot reference
     from benchmarks import policies
     out, js = tmp_path / "race.md", tmp_path / "race.json"
-    code = policies.main(["--size", "smoke", "--out", str(out), "--json", str(js), *extra])
+    found = _flags()
+    torch.backends.cudnn.benchmark = torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        code = policies.main(["--size", "smoke", "--out", str(out), "--json", str(js), *extra])
+        assert _flags() == (False, False, False), "the run left TF32 / cudnn.benchmark on for the rest of the process"
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = found
     return code, json.loads(js.read_text()), out.read_text()
 
 
@@ -55,7 +67,7 @@ def test_a_first_chunk_above_the_tolerance_fails_the_run(tmp_path: Path) -> None
     code, result, text = _run_policies(tmp_path, "--policies", "act", "--dtypes", "float32",
                                        "--lerobot-modes", "eager", "--tol-fp32", "-1")
     assert code == 1
-    assert result["failures"] and "act fp32: ours' first chunk differs" in result["failures"][0]
+    assert result["failures"] and "act fp32: ours: actions differ" in result["failures"][0]
     assert "## Check failed" in text and "**FAIL**" in text
 
 
@@ -78,6 +90,27 @@ def test_failures_name_a_side_that_did_not_run() -> None:
     missing = {"sides": {}, "errors": {"ours": "RuntimeError: boom"}, "tolerance_rel": 1e-3}
     assert failures({"a": ok}) == []
     assert failures({"b": missing}) == ["b: ours did not run (RuntimeError: boom)"]
+
+
+def test_every_side_of_ours_is_checked() -> None:
+    """SmolVLA races ours in both numerics: either one beyond the tolerance, or missing, fails the run."""
+    check = {"passed": True, "max_rel": 0.0, "steps": 2, "episode_max_rel": 0.0, "episode_steps": 8}
+    bad = {**check, "passed": False, "max_rel": 1e-4, "episode_max_rel": 5e-3}
+    r = {"sides": {"ours-fast": {"first_chunk": check}, "ours-exact": {"first_chunk": bad}},
+         "ours_sides": ["ours-fast", "ours-exact"], "errors": {}, "tolerance_rel": 1e-3}
+    assert failures({"s": r}) == ["s: ours-exact: actions differ from LeRobot eager fp32 by 1.000e-04 over the first "
+                                  "chunk, 5.000e-03 over its 8 checked steps (relative) > 1e-03"]
+    r["sides"].pop("ours-exact")
+    r["errors"]["ours-exact"] = "RuntimeError: boom"
+    assert failures({"s": r}) == ["s: ours-exact did not run (RuntimeError: boom)"]
+
+
+def test_a_longer_reference_checks_the_whole_episode_beside_the_first_chunk() -> None:
+    ref = torch.tensor([[1.0, 0.0], [1.0, 0.0], [4.0, 0.0]])
+    ours = torch.tensor([[1.0, 0.0], [1.1, 0.0], [4.0, 2.0]])
+    err = first_chunk_error(ours, ref, chunk=2)
+    assert err["steps"] == 2 and err["max_rel"] == pytest.approx(0.1)
+    assert err["episode_steps"] == 3 and err["episode_max_rel"] == pytest.approx(0.5)
 
 
 def test_first_chunk_error_is_relative_to_the_largest_reference_action() -> None:

@@ -107,6 +107,27 @@ def test_resume_after_halt_sends_only_the_steps_left():
     assert client.goals[1].fields["max_steps"] == 32
 
 
+def test_run_policy_on_refused_inputs_says_the_nodes_text_and_fails_with_input_rejected():
+    events: list = []
+    client = FakeClient()
+    t = FlashRTTrees(client, on_event=lambda *e: events.append(e)).load(tree('<RunPolicy name="drive" max_steps="5"/>'))
+    t.tick_once()
+    goal = client.goals[0]
+    goal.future.set_result(goal.handle)
+    t.tick_once()
+    text = "input messages refused: /js: JointState lacks joint(s) ['j4'] of input_joint_names (it has ['j1'])"
+    goal.feedback(SimpleNamespace(state="waiting", waiting_for=text, waiting_s=1.0, steps=0, last_action=[]))
+    assert t.tick_once() == bt.NodeStatus.RUNNING
+    assert ("drive", "waiting", f"{text} (for 1.0 s)") in events, events
+    message = f"run_policy goal ended after 0 steps: no policy step for 10.0 s (stale_timeout_s 10 s): {text}"
+    goal.result_future.set_result(SimpleNamespace(result=SimpleNamespace(
+        success=False, error_code=int(ErrorCode.INPUT_REJECTED), message=message, steps=0, rolled_back=False,
+        stop_reason="input_rejected"), status=6))
+    assert t.tick_once() == bt.NodeStatus.FAILURE
+    bb = t.root_blackboard()
+    assert bb.get_string("error_name") == "INPUT_REJECTED" and bb.get_string("error_message").endswith(message)
+
+
 @pytest.fixture
 def clock(monkeypatch):
     """The request core's monotonic clock, advanced by the test (no sleeping)."""

@@ -9,7 +9,7 @@ import threading
 import pytest
 from std_msgs.msg import Float32MultiArray
 
-from flashrt_ros.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from flashrt_ros.cli import EXIT_CANCELLED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from node_fixtures import ros_node  # noqa: F401 - fixture
 from policy_io_harness import Feeder
 from rosproc import NodeUnderTest, ros_env, with_ctrl_c
@@ -82,6 +82,32 @@ def test_ctrl_c_on_run_policy_cancels_and_rolls_back(policy_node):
             proc.kill()
     err = proc.stderr.read()
     assert "goal cancelled after" in err and "rolled back" in err, err
+    assert "Traceback" not in err
+
+
+def test_run_policy_cancelled_by_another_client_exits_4_and_says_so(policy_node):
+    """A script must tell a goal cancelled by someone else from one that completed (both used to exit 0)."""
+    proc = subprocess.Popen([sys.executable, "-m", "flashrt_ros.cli", *policy_node, "run-policy",
+                             "--max-duration", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ros_env())
+    third = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            if line.startswith("step 3:"):
+                third.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert third.wait(120), "no third step was printed"
+        cancel = cli(*policy_node, "cancel", "--all")
+        assert cancel.returncode == EXIT_OK and "ended" in cancel.stdout, cancel.stdout + cancel.stderr
+        assert proc.wait(60) == EXIT_CANCELLED
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read()
+    assert "goal cancelled by another client (flashrt cancel, or another program) after" in err, err
     assert "Traceback" not in err
 
 

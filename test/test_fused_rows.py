@@ -29,7 +29,8 @@ def triton_path() -> object:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads,head_dim,folded,valid", [(8, 1, 32, True, 5), (3, 1, 16, False, None),
-                                                                  (4, 2, 8, True, None)])
+                                                                  (4, 2, 8, True, None), (6, 3, 16, True, 4),
+                                                                  (5, 0, 16, True, None)])
 def test_qkv_rope_matches_reference(dtype, heads, kv_heads, head_dim, folded, valid):
     g = torch.Generator().manual_seed(heads * 100 + head_dim)
     L, W = 7, 24
@@ -57,6 +58,19 @@ def test_qkv_rope_matches_reference(dtype, heads, kv_heads, head_dim, folded, va
         assert (outs["kernel"][1][valid:] == 0).all() and (outs["kernel"][2][valid:] == 0).all()
 
 
+def test_qkv_rope_without_key_heads_ropes_the_queries_only():
+    """``kv_heads=0`` (SmolVLA's cross-attention layers project their keys from the prefix): the queries alone."""
+    g = torch.Generator().manual_seed(3)
+    q_only = torch.randn(5, 4 * 8, generator=g)
+    full = torch.cat([q_only, torch.randn(5, 2 * 8, generator=g)], dim=1)
+    cos, sin = fused_rows.rope_tables(torch.arange(5), torch.rand(4))
+    q, q_ref = torch.empty(5, 4, 8), torch.empty(5, 4, 8)
+    kv = torch.empty(5, 1, 8)
+    fused_rows.qkv_rope(q_only, cos, sin, 4, 0, q, q[:, :0], q[:, :0])
+    fused_rows.qkv_rope(full, cos, sin, 4, 1, q_ref, kv, kv.clone())
+    assert torch.equal(q, q_ref)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("folded", [True, False])
 def test_gelu_gate_matches_reference(dtype, folded):
@@ -66,6 +80,17 @@ def test_gelu_gate_matches_reference(dtype, folded):
     with fast_kernels(False):
         ref = fused_rows.gelu_gate(gu, x=x, eps=1e-6)
     close(triton_path().gelu_gate(gu, x, 1e-6), ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("folded", [True, False])
+def test_silu_gate_matches_reference(dtype, folded):
+    g = torch.Generator().manual_seed(6)
+    gu = torch.randn(6, 2 * 40, generator=g).mul(4).to(DEVICE, dtype)
+    x = torch.randn(6, 20, generator=g).to(DEVICE, dtype) if folded else None
+    with fast_kernels(False):
+        ref = fused_rows.silu_gate(gu, x=x, eps=1e-6)
+    close(triton_path().gated_activation(gu, x, 1e-6, True), ref, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -94,3 +119,33 @@ def test_residual_layer_norm_matches_reference(dtype, update, bias):
         ref = fused_rows.residual_layer_norm(x, u, b, w, lb, 1e-6)
     for a, r in zip(triton_path().residual_layer_norm(x, u, b, w, lb, 1e-6), ref):
         close(a, r, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,heads,valid,suffix,state_rows", [(9, 4, 5, 0, 0), (7, 8, 6, 7, 1), (6, 2, 11, 6, 0),
+                                                                 (700, 4, 40, 0, 0)])
+def test_prefix_attention_matches_reference(dtype, rows, heads, valid, suffix, state_rows):
+    """The kernel (interpreter on CPU) against SDPA under the explicit mask: the prefix's valid keys, then the
+    suffix rows with π0's state-token rule; keys past ``valid`` in the prefix hold garbage that must be skipped."""
+    if dtype == torch.bfloat16 and DEVICE == "cpu":
+        pytest.skip("triton 3.6's interpreter computes bf16 tl.dot wrongly (a 16x16 product off by 3e10, seen "
+                    "2026-12-06); the bf16 case runs on a GPU")
+    from flashrt_ros.ops import prefix_attention as attention
+    from flashrt_ros.ops.triton.prefix_attention import prefix_attention as kernel
+    g = torch.Generator().manual_seed(rows + heads)
+    prefix = 48 if rows < 100 else 64
+    n_keys = prefix + suffix
+    D = 32
+    q = torch.randn(rows, heads, D, generator=g).to(DEVICE, dtype)
+    kv = torch.randn(2, n_keys, 1, D, generator=g).to(DEVICE, dtype)
+    kv[:, valid:prefix] = 1e4                                        # padding rows: never seen
+    v = torch.tensor(valid, device=DEVICE)
+    args = (q, kv[0], kv[1], v)
+    with fast_kernels(False):
+        ref = attention.prefix_attention(*args, suffix_start=prefix, suffix_len=suffix, state_rows=state_rows)
+    out = kernel(*args, prefix, suffix, state_rows)
+    close(out, ref, dtype)
+    seen = attention.visible_keys(rows, n_keys, v, prefix, suffix, state_rows)
+    assert seen[:, valid:prefix].sum() == 0 and seen[:, :valid].all()
+    if suffix and state_rows:
+        assert not seen[0, prefix + 1:].any() and seen[1:, prefix:].all()

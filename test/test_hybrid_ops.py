@@ -62,6 +62,29 @@ def test_delta_rule_split_into_two_calls_equals_one_call() -> None:
     torch.testing.assert_close(end, final, rtol=1e-5, atol=1e-5)
 
 
+def test_verify_form_equals_decode_steps_and_keeps_the_state_after_each_token() -> None:
+    """``gated_delta_verify`` (speculative verification) = one decode step per token, bit for bit on CPU,
+    with every intermediate state kept and the input state left alone."""
+    from flashrt_ros.ops.gated_delta import gated_delta_decode, gated_delta_verify
+
+    gen = torch.Generator().manual_seed(3)
+    hk, hv, dk, dv, t = 2, 4, 8, 6, 4
+    conv_dim = 2 * hk * dk + hv * dv
+    proj = torch.randn(t, conv_dim + hv * dv + 2 * hv, generator=gen)
+    qkv, z, b, a = proj.split([conv_dim, hv * dv, hv, hv], dim=-1)
+    A_log, dt_bias = torch.randn(hv, generator=gen), torch.randn(hv, generator=gen)
+    norm_weight = 1.0 + 0.1 * torch.randn(dv, generator=gen)
+    state = 0.3 * torch.randn(hv, dk, dv, generator=gen)
+    before, states = state.clone(), torch.zeros(t, hv, dk, dv)
+    out = gated_delta_verify(qkv, z, b, a, A_log, dt_bias, state, states, norm_weight, 1e-6, hk, dk, dv)
+    assert torch.equal(state, before)
+    running = before.clone()
+    for i in range(t):
+        step = gated_delta_decode(qkv[i], z[i], b[i], a[i], A_log, dt_bias, running, norm_weight, 1e-6, hk, dk, dv)
+        assert torch.equal(out[i], step), i
+        assert torch.equal(states[i], running), i
+
+
 def test_dispatch_uses_torch_path_on_cpu() -> None:
     q, k, v, g, beta, state = _delta_inputs(6)
     assert torch.equal(chunk_gated_delta_rule(q, k, v, g, beta, state, 4)[0],

@@ -115,6 +115,27 @@ def test_moe_tied_checkpoint_matches_transformers(tmp_path: Path) -> None:
         token = logits[-1].argmax()
 
 
+def test_moe_config_without_top_k_loads_with_transformers_default_of_ten(tmp_path: Path) -> None:
+    """A config.json that omits num_experts_per_tok (and the MoE widths) means transformers' defaults."""
+    _save_random_hf(tmp_path, seed=7, num_experts=12, num_experts_per_tok=10, moe_intermediate_size=512,
+                    shared_expert_intermediate_size=512)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    for key in ("num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        del raw[key]
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    hf_default = Qwen3NextConfig(**{k: v for k, v in raw.items() if k != "architectures"})
+    cfg = HybridConfig.from_hf_dict(raw)
+    assert (cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size) == (
+        hf_default.num_experts_per_tok, hf_default.moe_intermediate_size,
+        hf_default.shared_expert_intermediate_size) == (10, 512, 512)
+    assert load_hybrid_checkpoint(tmp_path).layers[0].mlp.top_k == 10
+
+
+def test_moe_top_k_above_the_expert_count_is_refused() -> None:
+    with pytest.raises(ValueError, match="num_experts_per_tok"):
+        HybridConfig.from_hf_dict({**_hf_config(num_experts=4).to_dict(), "num_experts_per_tok": 5})
+
+
 def test_config_json_maps_onto_hybrid_config(tmp_path: Path) -> None:
     _save_random_hf(tmp_path, seed=5)
     raw = json.loads((tmp_path / "config.json").read_text())

@@ -6,7 +6,8 @@ tokenizer with the image tokens), perturbs every weight with seeded noise, saves
 it with ``save_pretrained`` and its processors, loads the directory with
 ``policy:=lerobot:<dir>`` and compares three chunks of consecutive steps with
 ``preprocessor -> select_action(noise=...) -> postprocessor``, the noise of
-each plan being the one our counter-based stream draws.
+each plan being the one our counter-based stream draws; in both numerics
+(``exact``: LeRobot's operations; ``fast``: fused kernels, equal within rounding).
 """
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def lerobot_actions(policy, config, directory: Path, obs: list[dict], task: str,
     return torch.stack(out)
 
 
-def engine_for(directory: Path, tmp_path: Path, task: str) -> PolicyEngine:
-    engine = PolicyEngine(make_policy(f"lerobot:{directory}"), directory=str(tmp_path / "capsules"))
+def engine_for(directory: Path, tmp_path: Path, task: str, numerics: str = "exact") -> PolicyEngine:
+    engine = PolicyEngine(make_policy(f"lerobot:{directory}", numerics=numerics), directory=str(tmp_path / "capsules"))
     set_instruction(engine, task)
     return engine
 
@@ -83,11 +84,12 @@ def test_smolvla_matches_lerobot_select_action_over_three_chunks(name, tmp_path,
     steps = 3 * config.n_action_steps
     obs = observations(case_features(case), steps, seed=5)
     expected = lerobot_actions(ref, config, directory, obs, TASK)
-    engine = engine_for(directory, tmp_path, TASK)
-    ours = torch.stack([engine.step(o) for o in obs])
-    err = max_relative_error(ours, expected)
-    print(f"{name}: max relative error {err:.2e} over {steps} steps (3 chunks)")
-    assert err <= TOLERANCE, f"{name}: max relative error {err:.3e}"
+    for numerics in ("exact", "fast"):                  # fast: the same function in fused kernels
+        engine = engine_for(directory, tmp_path / numerics, TASK, numerics)
+        ours = torch.stack([engine.step(o) for o in obs])
+        err = max_relative_error(ours, expected)
+        print(f"{name} {numerics}: max relative error {err:.2e} over {steps} steps (3 chunks)")
+        assert err <= TOLERANCE, f"{name} {numerics}: max relative error {err:.3e}"
     n = config.n_action_steps
     assert (expected[n:2 * n] - expected[:n]).abs().max() > 1e-3     # a new chunk is a new plan
 
@@ -137,11 +139,14 @@ def test_policy_instruction_parameter_starts_every_episode(tmp_path, vlm_dir):
     from flashrt_ros.engine.factory import build_engine
     directory, _, _ = make_smolvla_checkpoint(tmp_path / "ckpt", CASES["half_expert_minmax"], vlm_dir)
     config = SimpleNamespace(engine_kind="policy", policy=f"lerobot:{directory}", policy_instruction=TASK,
-                             device="cpu", dtype="float32", capsule_directory=str(tmp_path / "caps"),
+                             device="cpu", dtype="float32", numerics="auto", capsule_directory=str(tmp_path / "caps"),
                              capsule_device_budget_mb=64, capsule_host_budget_mb=64, capsule_disk_budget_mb=64,
                              rollback_depth=2, default_tier="device", boundary_timeout_s=5.0)
     engine = build_engine(config, log=lambda _: None)
     p = engine.policy
+    assert p.numerics == "exact"                                        # 'auto' on the CPU
+    assert build_engine(SimpleNamespace(**{**vars(config), "numerics": "fast"}),
+                        log=lambda _: None).policy.numerics == "fast"
     ids = p.instruction_ids(TASK)
     assert engine.arena[p.LANG][: len(ids)].tolist() == ids and int(engine.arena[p.LANG_LEN]) == len(ids)
     set_instruction(engine, "put the cube in the box")

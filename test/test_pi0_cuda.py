@@ -25,11 +25,13 @@ def cuda_obs(i: int, cfg) -> dict:
 
 
 def engine(tmp_path, name: str, pi05: bool, graphs: bool, task: str = TASK, numerics: str = "exact",
-           dtype: torch.dtype = torch.float32) -> PolicyEngine:
+           dtype: torch.dtype = torch.float32, attention: str = "sdpa") -> PolicyEngine:
     policy = tiny_pi(pi05)
     if dtype != torch.float32:
         policy.cast(dtype)
     policy.use_numerics(numerics)
+    if numerics == "fast":
+        policy.fast.attention = attention
     e = PolicyEngine(policy, device="cuda", cuda_graph=graphs, directory=str(tmp_path / name))
     set_instruction(e, task)
     return e
@@ -83,15 +85,16 @@ def test_reinstruct_graph_equals_a_cold_graph_replan(kind, numerics, tmp_path):
     assert torch.equal(forked, torch.stack([cold.step(cuda_obs(i, cfg)) for i in range(11)]))
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "kernel"])
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-4), (torch.bfloat16, 5e-2)])
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_fast_graphs_match_exact_eager(kind, dtype, tolerance, tmp_path):
+def test_fast_graphs_match_exact_eager(kind, dtype, tolerance, attention, tmp_path):
     """The fast numerics (fused kernels, captured) against the exact ones (eager) over three chunks: the same
     function within rounding (float32: TF32 off; bf16: two bf16 computations); the prefix KV rows too."""
     torch.backends.cuda.matmul.allow_tf32 = False
     pi05 = KINDS[kind]
     exact = engine(tmp_path, "x", pi05, False, dtype=dtype)
-    fast = engine(tmp_path, "f", pi05, True, numerics="fast", dtype=dtype)
+    fast = engine(tmp_path, "f", pi05, True, numerics="fast", dtype=dtype, attention=attention)
     cfg = fast.policy.cfg
     ref = torch.stack([exact.step(cuda_obs(i, cfg)) for i in range(15)])
     ours = torch.stack([fast.step(cuda_obs(i, cfg)) for i in range(15)])

@@ -23,19 +23,21 @@ TASK, OTHER = "pick up the red cube", "open the drawer"
 KINDS = {"pi0": False, "pi05": True}
 
 
-def policy(pi05: bool, numerics: str, dtype: torch.dtype = torch.float32):
+def policy(pi05: bool, numerics: str, dtype: torch.dtype = torch.float32, attention: str = "sdpa"):
     p = tiny_pi(pi05)
     if dtype != torch.float32:
         p.cast(dtype)
     p.use_numerics(numerics)
+    if numerics == "fast":
+        p.fast.attention = attention
     return p
 
 
 def make_engine(tmp_path, pi05: bool, numerics: str = "fast", name: str = "e", replan: str = "sync",
-                dtype: torch.dtype = torch.float32) -> PolicyEngine:
+                dtype: torch.dtype = torch.float32, attention: str = "sdpa") -> PolicyEngine:
     cfg = ReplanConfig(mode=replan, delay_steps=2, late="wait", rtc_horizon=4)
-    engine = PolicyEngine(policy(pi05, numerics, dtype), directory=str(tmp_path / name), rollback_depth=4,
-                          replan=cfg)
+    engine = PolicyEngine(policy(pi05, numerics, dtype, attention), directory=str(tmp_path / name),
+                          rollback_depth=4, replan=cfg)
     set_instruction(engine, TASK)
     return engine
 
@@ -48,12 +50,14 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "kernel"])
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 5e-2)])
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_fast_equals_exact_within_rounding(kind, dtype, tolerance, tmp_path):
-    """Three chunks and their pops, the prefix KV rows (zeros past the prompt) and the stored image tokens."""
+def test_fast_equals_exact_within_rounding(kind, dtype, tolerance, attention, tmp_path):
+    """Three chunks and their pops, the prefix KV rows (zeros past the prompt) and the stored image tokens;
+    both attentions (on the CPU ``kernel`` runs ``ops.prefix_attention``'s reference: the masks' wiring)."""
     exact = make_engine(tmp_path, KINDS[kind], "exact", "x", dtype=dtype)
-    fast = make_engine(tmp_path, KINDS[kind], "fast", "f", dtype=dtype)
+    fast = make_engine(tmp_path, KINDS[kind], "fast", "f", dtype=dtype, attention=attention)
     assert rel(run(fast, 0, 15), run(exact, 0, 15)) <= tolerance
     p = exact.policy
     for name in (p.KEY + "0", p.VALUE + "1", p.IMAGES):

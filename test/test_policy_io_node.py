@@ -357,3 +357,38 @@ def test_compressed_camera_topic_feeds_the_feature_of_its_base_name(ros):
         policy_io.destroy()
     image = engine.seen[-1]["observation.images.front"]
     assert torch.allclose(image[2], torch.ones(8, 8)) and torch.allclose(image[:2], torch.zeros(2, 8, 8))
+
+
+def test_every_input_and_output_problem_is_named_in_one_start(ros):
+    # three mistakes at once: a user fixes them in one restart, not one per start (issue #50)
+    from flashrt_ros.ros.policy_io import PolicyTopics
+    from flashrt_ros.runtime.errors import InvalidArgument
+    io = RobotIOConfig(input_state_topic="", input_joint_state_topic="/all/joints", input_joint_names=("a", "b", "c"),
+                       input_image_topics=("/all/front",), input_image_features=("observation.images.top",),
+                       output_type="joint_state", output_topic="/all/action", output_joint_names=("j1",))
+    with pytest.raises(InvalidArgument) as refused:
+        PolicyTopics(ros.peer, _RecordingEngine(), SimpleNamespace(control_rate_hz=20.0, qos_depth=1,
+                                                               qos_deadline_factor=0.0), io, None)
+    text = str(refused.value)
+    assert text.startswith("4 problems: (1) ") and "(4) output_joint_names names 1 joints" in text, text
+    assert "input_joint_names (and input_joint_fields) so that they give 2" in text, text
+    assert "'observation.images.top', which is not an image feature" in text, text
+
+
+def test_a_state_array_of_the_wrong_length_is_refused_at_receipt_naming_the_sizes(ros):
+    engine = _RecordingEngine()
+    states: list = []
+    policy_io, node = _camera_and_state_io(ros, "short", engine, states)
+    camera = Feeder(ros.peer, "/short/front", _rgb_frame, qos_profile_sensor_data, msg_type=Image)
+    state = Feeder(ros.peer, "/short/state", lambda i: Float32MultiArray(data=[1.0, 2.0, 3.0]))
+    try:
+        wait_until(lambda: policy_io.rejected_messages >= 5, what="refused state arrays")
+        status = policy_io.status()
+    finally:
+        camera.stop()
+        state.stop()
+        policy_io.destroy()
+    assert not engine.seen
+    assert status["inputs_state"] == "error" and status["inputs_detail"] == (
+        "input messages refused: /short/state: the message has 3 values but the policy's observation.state "
+        "takes 2"), status

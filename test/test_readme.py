@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -81,6 +80,20 @@ def test_every_flashrt_command_parses_and_names_declared_parameters():
     assert checked >= 10
 
 
+def test_the_readmes_flashrt_function_works_from_any_folder(tmp_path):
+    """Defined in the checkout as the README says, then called from elsewhere (a user's second terminal
+    moves on): it must still find the command (the relative .venv/bin/flashrt did not)."""
+    define = next(line for line in block_with("flashrt run-policy --max-steps 150").splitlines()
+                  if "flashrt()" in line)
+    fake = tmp_path / "checkout"
+    (fake / ".venv" / "bin").mkdir(parents=True)
+    (fake / ".venv" / "bin" / "flashrt").write_text('#!/bin/sh\necho "flashrt called with: $*"\n')
+    (fake / ".venv" / "bin" / "flashrt").chmod(0o755)
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", f"{define}\ncd /\nflashrt status"], cwd=fake,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "flashrt called with: --node /robot1/flashrt status" in r.stdout, r.stderr
+
+
 needs_bare_setup = pytest.mark.skipif(
     not (REPO / ".venv" / "bin" / "flashrt").exists(),
     reason="the README's quick starts call .venv/bin/flashrt, which scripts/setup.sh creates "
@@ -104,47 +117,6 @@ def quick_start(serve_text: str, client_text: str, home: Path, timeout: float) -
         assert "Traceback" not in log.read_text(), log.read_text()
 
 
-class _Robot:
-    """Publishes the README's robot topics at 15 Hz: joint states, a raw and a compressed camera."""
-
-    def __init__(self, joints: list[str]) -> None:
-        import io
-
-        import rclpy
-        from PIL import Image as PILImage
-        from rclpy.qos import qos_profile_sensor_data
-        from sensor_msgs.msg import CompressedImage, Image, JointState
-        rclpy.init()
-        self.node = rclpy.create_node("readme_robot")
-        joint_pub = self.node.create_publisher(JointState, "/joint_states", qos_profile_sensor_data)
-        top = self.node.create_publisher(Image, "/camera/top/image_raw", qos_profile_sensor_data)
-        wrist = self.node.create_publisher(CompressedImage, "/camera/wrist/image_raw/compressed",
-                                           qos_profile_sensor_data)
-        buf = io.BytesIO()
-        PILImage.new("RGB", (64, 48), (30, 120, 200)).save(buf, format="JPEG")
-        jpeg = buf.getvalue()
-        self._stop = threading.Event()
-
-        def publish() -> None:
-            k = 0
-            while not self._stop.is_set():
-                joint_pub.publish(JointState(name=joints, position=[0.01 * ((k + i) % 30)
-                                                                    for i in range(len(joints))]))
-                top.publish(Image(height=48, width=64, encoding="bgr8", step=192, data=bytes(48 * 192)))
-                wrist.publish(CompressedImage(format="jpeg", data=jpeg))
-                k += 1
-                self._stop.wait(1 / 15)
-        self._thread = threading.Thread(target=publish, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        import rclpy
-        self._stop.set()
-        self._thread.join(5)
-        self.node.destroy_node()
-        rclpy.try_shutdown()
-
-
 @needs_bare_setup
 def test_robot_quick_start_runs_as_written(tmp_path):
     from lerobot_reference import lerobot
@@ -156,15 +128,22 @@ def test_robot_quick_start_runs_as_written(tmp_path):
     checkpoint = Path(re.search(r"CKPT=\$HOME/(\S+)", serve).group(1))
     make_checkpoint("act", tmp_path / checkpoint, "smoke", cameras=cameras, hw=(24, 32),
                     joints=len(joints))
-    robot = _Robot(joints)
+    # no robot: the README's own fake-sensors block publishes what the checkpoint expects
+    fake_log = tmp_path / "fake.log"
+    fake = subprocess.Popen(["bash", "-c", block_with("fake-sensors --checkpoint")], cwd=REPO,
+                            env=ros_env(HOME=str(tmp_path)), stdout=open(fake_log, "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
+        assert wait_for_text(fake_log, "fake sensors for", 300, fake), fake_log.read_text()
         r = quick_start("flashrt serve --namespace /robot1", "run-policy --max-steps 150", tmp_path, 400)
     finally:
-        robot.close()
+        stop(fake)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "lifecycle_state" in r.stdout and "active" in r.stdout
     assert "150 steps, stop: max_steps" in r.stdout and "30 steps, stop: max_steps" in r.stdout
     assert "snapshot before_grasp" in r.stdout and "restored before_grasp" in r.stdout
+    assert "] robot1/flashrt: engine: active" in r.stdout, r.stdout       # flashrt diagnostics (OK, or WARN on a late frame)
+    assert "/camera/wrist/image_raw/compressed" in fake_log.read_text() and "Traceback" not in fake_log.read_text()
 
 
 @needs_bare_setup

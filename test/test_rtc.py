@@ -1,9 +1,10 @@
 """Real-Time Chunking at parity with LeRobot 0.4.4's ``RTCProcessor`` (CPU, fp32).
 
 Three levels: the prefix weights for every schedule, one guided velocity on the same inputs
-(``RTCProcessor.denoise_step`` around the same velocity function), and a whole SmolVLA chunk
-planned with guidance against ``SmolVLAPolicy.predict_action_chunk`` with ``rtc_config``
-enabled, same weights, instruction, noise, leftover and delay.
+(``RTCProcessor.denoise_step`` around the same velocity function), and a SmolVLA engine run with
+``replan: rtc`` against LeRobot's own RTC bookkeeping (its ``ActionQueue``, ``get_left_over``,
+``predict_action_chunk`` with ``rtc_config`` enabled) on the same weights, instruction, observations
+and noise: the engine's choice of when to plan, leftover, delay and horizon is LeRobot's.
 """
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import pytest
 import torch
 
 from lerobot_reference import case_features, lerobot, max_relative_error, observations, processors
+from rtc_reference import engine_run, lerobot_rtc_run
 from smolvla_reference import TINY, make_smolvla_checkpoint, write_vlm_directory
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.policy_factory import make_policy
-from flashrt_ros.models.policy_interface import Guidance
 from flashrt_ros.models.rtc import SCHEDULES, guided_velocity, leftover_target, prefix_weights
 from flashrt_ros.ops.counter_rng import normal
 
@@ -71,46 +72,52 @@ def vlm_dir(tmp_path_factory) -> Path:
     return write_vlm_directory(tmp_path_factory.mktemp("smolvlm2_tiny"), TINY)
 
 
-@pytest.mark.parametrize("delay, left", [(2, 6), (3, 4)])
-def test_a_guided_smolvla_chunk_equals_lerobots_predict_action_chunk_with_rtc(tmp_path, vlm_dir, delay, left):
-    case = dict(cameras=1, hw=(32, 32), state=4, env=0, action=3, norm="MEAN_STD", cfg=dict(n_action_steps=6))
-    directory, ref, config = make_smolvla_checkpoint(tmp_path / "ckpt", case, vlm_dir)
+@pytest.mark.parametrize("delay, horizon", [(2, 8), (3, 2)])
+def test_the_engines_rtc_plans_equal_lerobots_own_real_time_chunking(tmp_path, vlm_dir, delay, horizon):
+    """The engine's ``replan: rtc`` path, every choice its own (when to plan, the leftover it guides
+    toward, the delay, the horizon, where the merged chunk starts), against LeRobot's RTC bookkeeping
+    (``rtc_reference.lerobot_rtc_run``) on the same observations and noise: every guided chunk, and the
+    queue after every step. ``n_action_steps = chunk_size``: then LeRobot's RTC queue (a whole chunk)
+    and ours (which keeps ``n_action_steps``) run the same actions. Horizon 8 is cut by LeRobot to the
+    leftover's length, horizon 2 is shorter than the leftover. Tolerance: relative ``TOLERANCE``
+    (the same operations, kernels that may sum in another order)."""
     from lerobot.configs.types import RTCAttentionSchedule
     from lerobot.policies.rtc.configuration_rtc import RTCConfig
-    ref.config.rtc_config = RTCConfig(enabled=True, execution_horizon=8, max_guidance_weight=10.0,
+    from flashrt_ros.engine.chunk_planner import ReplanConfig
+    from flashrt_ros.engine.vla import set_instruction
+    chunk_size, steps = 8, 24
+    case = dict(cameras=1, hw=(32, 32), state=4, env=0, action=3, norm="MEAN_STD",
+                cfg=dict(chunk_size=chunk_size, n_action_steps=chunk_size))
+    directory, ref, config = make_smolvla_checkpoint(tmp_path / "ckpt", case, vlm_dir)
+    ref.config.rtc_config = RTCConfig(enabled=True, execution_horizon=horizon, max_guidance_weight=10.0,
                                       prefix_attention_schedule=RTCAttentionSchedule.LINEAR)
     ref.init_rtc_processor()
-    obs = observations(case_features(case), 1, seed=7)[0]
-    gen = torch.Generator().manual_seed(11)
-    queue = torch.randn(config.n_action_steps, case["action"], generator=gen)      # normalised, as queued
+    ref.reset()
+    obs = observations(case_features(case), steps, seed=7)
     pre, _ = processors(config, directory)
-    noise = normal(torch.tensor(0), torch.tensor(0), config.chunk_size * config.max_action_dim)
-    with torch.no_grad():
-        ref.reset()
-        theirs = ref.predict_action_chunk(pre({**{k: v.clone() for k, v in obs.items()}, "task": TASK}),
-                                          noise=noise.view(1, config.chunk_size, config.max_action_dim),
-                                          inference_delay=delay, prev_chunk_left_over=queue[-left:].unsqueeze(0),
-                                          execution_horizon=8)[0]
-    engine = PolicyEngine(make_policy(f"lerobot:{directory}"), directory=str(tmp_path / "capsules"))
-    from flashrt_ros.engine.vla import set_instruction
+
+    def predict(k: int, plan: int, **rtc) -> torch.Tensor:           # plan ``plan``'s noise, as ours draws it
+        noise = normal(torch.tensor(0), torch.tensor(plan), chunk_size * config.max_action_dim)
+        with torch.no_grad():
+            return ref.predict_action_chunk(pre({**{n: v.clone() for n, v in obs[k].items()}, "task": TASK}),
+                                            noise=noise.view(1, chunk_size, -1), **rtc)[0]
+    theirs, their_queues = lerobot_rtc_run(predict, steps, delay, ref.config.rtc_config)
+
+    engine = PolicyEngine(make_policy(f"lerobot:{directory}"), directory=str(tmp_path / "capsules"),
+                          replan=ReplanConfig(mode="rtc", delay_steps=delay, late="wait", rtc_horizon=horizon,
+                                              rtc_schedule="linear", rtc_max_weight=10.0))
     set_instruction(engine, TASK)
-    policy = engine.policy
-    guide = Guidance(queue, torch.tensor(left), prefix_weights(delay, min(8, left), config.chunk_size, "linear"),
-                     max_weight=10.0)
-    with torch.no_grad():
-        policy.plan(obs, engine.arena, guide)
-        ours = engine.arena[policy.QUEUE].clone()
-        policy.plan(obs, engine.arena)          # the same plan without guidance (noise counter moved on)
-    n = config.n_action_steps
-    err = max_relative_error(ours, theirs[:n])
-    print(f"delay {delay}, {left} left: max relative error {err:.2e}")
-    assert err <= TOLERANCE
-    with torch.no_grad():
-        ref.config.rtc_config = None
-        ref.init_rtc_processor()
-        unguided = ref.predict_action_chunk(pre({**{k: v.clone() for k, v in obs.items()}, "task": TASK}),
-                                            noise=noise.view(1, config.chunk_size, config.max_action_dim))[0]
-    assert (unguided[:n] - theirs[:n]).abs().max() > 1e-3, "the guidance changes the chunk"
+    ours, our_queues, launched = engine_run(engine, obs)
+
+    assert launched == len(theirs) and len(ours) >= 3, (launched, len(ours), len(theirs))
+    errors = [max_relative_error(a, b) for a, b in zip(ours, theirs)]      # the plans merged within the run
+    print(f"delay {delay}, horizon {horizon}: {len(ours)} guided chunks, max relative error {max(errors):.2e}")
+    assert max(errors) <= TOLERANCE, errors
+    assert [q.shape[0] for q in our_queues] == [q.shape[0] for q in their_queues], "the queues' lengths"
+    assert max(max_relative_error(a, b) for a, b in zip(our_queues, their_queues)) <= TOLERANCE
+    launch = next(k for k, q in enumerate(their_queues) if q.shape[0] <= delay)
+    unguided = predict(launch, 1)                      # the first guided plan without its guidance
+    assert (unguided - theirs[0]).abs().max() > 1e-3, "the guidance changes the chunk"
 
 
 @pytest.mark.parametrize("mode", ["async", "rtc"])

@@ -202,6 +202,42 @@ def test_decode_steps_in_a_row_keep_matching_with_the_state_carried_in_place(dty
         assert _rel(state, ref_state) <= state_tol, step
 
 
+def _verify_inputs(t: int, hk: int, hv: int, dk: int, dv: int, dtype: torch.dtype, seed: int) -> dict:
+    """``t`` tokens as rows of one in-projection output (row views, as the layer passes them)."""
+    rows = [_decode_inputs(hk, hv, dk, dv, dtype, seed + i) for i in range(t)]
+    first = rows[0]
+    proj = torch.stack([torch.cat([r["qkv"], r["z"], r["b"], r["a"]]) for r in rows])     # [T, width]
+    conv_dim = first["qkv"].numel()
+    qkv, z, b, a = proj.split([conv_dim, hv * dv, hv, hv], dim=-1)
+    return dict(first, qkv=qkv.contiguous(), z=z, b=b, a=a)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [1, 3, 5])
+def test_verify_steps_equal_decode_steps_in_a_row_and_keep_every_state(t, dtype):
+    """The T-token verify kernel = T decode steps: same outputs, ``states[i]`` = state after token i,
+    and the input state untouched (verification may be rejected)."""
+    from flashrt_ros.ops.triton.gated_deltanet import gated_delta_decode_step, gated_delta_verify_steps
+
+    inputs = _verify_inputs(t, 2, 4, 16, 16, dtype, seed=80)
+    state = inputs["state"]
+    before = state.clone()
+    states = torch.full((t + 1, *state.shape), float("nan"), device=DEV)
+    out = gated_delta_verify_steps(**{**inputs, "states_out": states})
+    assert torch.equal(state, before)
+    assert torch.isnan(states[t]).all()               # only the first T slots are written
+    running = before.clone()
+    out_tol, state_tol = _decode_tols(dtype)
+    for i in range(t):
+        row = {**inputs, "qkv": inputs["qkv"][i], "z": inputs["z"][i], "b": inputs["b"][i], "a": inputs["a"][i],
+               "state": running}
+        expected = gated_delta_decode_step(**row)        # updates ``running`` in place
+        assert _rel(out[i], expected) <= out_tol, i
+        assert _rel(states[i], running) <= state_tol, i
+        ref_out, _ = _reference_decode(**{**row, "state": states[i - 1] if i else before})
+        assert _rel(out[i], ref_out) <= out_tol, i
+
+
 # ---- prefill gated norm -------------------------------------------------------------------------------
 
 
@@ -257,6 +293,30 @@ def test_real_shape_gated_rms_norm_rows_matches_reference_in_bf16():
     gate = _randn(37, 32, 128, dtype=torch.bfloat16, seed=96)
     weight = 1.0 + _randn(128, dtype=torch.bfloat16, seed=97, scale=0.1)
     assert _rel(gated_rms_norm_rows(x, gate, weight, EPS), _ref_norm(x, gate, weight, EPS)) <= BF16_TOL
+
+
+@cuda_only
+@pytest.mark.parametrize("t", [2, 5])
+def test_real_shape_verify_steps_match_decode_steps_in_bf16_and_replay_in_a_graph(t):
+    from flashrt_ros.ops.triton.gated_deltanet import gated_delta_decode_step, gated_delta_verify_steps
+
+    inputs = _verify_inputs(t, 16, 32, 128, 128, torch.bfloat16, seed=110)
+    states = torch.zeros((t, *inputs["state"].shape), device=DEV)
+    out = gated_delta_verify_steps(**{**inputs, "states_out": states})
+    running = inputs["state"].clone()
+    for i in range(t):
+        row = {**inputs, "qkv": inputs["qkv"][i], "z": inputs["z"][i], "b": inputs["b"][i], "a": inputs["a"][i],
+               "state": running}
+        assert _rel(out[i], gated_delta_decode_step(**row)) <= BF16_TOL, i
+        assert _rel(states[i], running) <= 1e-5, i
+    replayed = torch.zeros_like(states)
+    graph = torch.cuda.CUDAGraph()
+    gated_delta_verify_steps(**{**inputs, "states_out": replayed})       # compile before capture
+    with torch.cuda.graph(graph):
+        captured = gated_delta_verify_steps(**{**inputs, "states_out": replayed})
+    replayed.zero_()
+    graph.replay()
+    assert torch.equal(captured, out) and torch.equal(replayed, states)
 
 
 @cuda_only

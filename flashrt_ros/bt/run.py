@@ -2,8 +2,9 @@
 
 One thread does everything: tick the tree, then spin the client's node until the
 next tick is due, so the flashrt nodes' futures complete, topic messages arrive
-(``--bb-topic`` entries are written to the blackboard before each tick) and the
-goals' leases are renewed between ticks; no tick waits on the network.
+(``--bb-topic`` entries are written to the blackboard before each tick); no tick
+waits on the network. The goals' leases are renewed by the client's own thread
+(``client/lease.py``), so a long tick does not lose them.
 
 Stopping. Ctrl-C, SIGTERM and ``--max-seconds`` halt the tree: running goals are
 cancelled at their next committed boundary, and bt run exits once each has
@@ -25,8 +26,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
+from flashrt_ros.cli.exit_status import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED,  # noqa: F401
+                                         EXIT_UNREACHABLE, EXIT_USAGE)
+
 TREES_DIR = Path(__file__).with_name("trees")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 #: A tick (or halt) that takes longer than this is stuck: the watchdog ends the process.
 TICK_STALL_S = 10.0
 

@@ -8,8 +8,9 @@ namespace) and ``demo`` (the scripted session of the README).
 Here: the parser, ``main`` and the dispatch. The commands live by concept:
 ``capsule_commands`` (one per capsule verb, made from ``interface/services.py``),
 ``goal_commands`` (generate, run-policy: their goal options made from ``interface/actions.py``;
-goals, cancel), ``query_commands``
-(status, param); ``exit_status`` has every command's exit status.
+goals, cancel), ``query_commands`` (status, param), ``diagnostics_command``,
+``robot_tools`` (fake-sensors, watch-commands: a robot's topics without the robot);
+``exit_status`` has every command's exit status.
 """
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ import sys
 from typing import Any, Sequence
 
 from flashrt_ros.cli.capsule_commands import BY_COMMAND, add_verb_command, call_verb
-from flashrt_ros.cli.exit_status import (EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED,
-                                         EXIT_UNREACHABLE, EXIT_USAGE, code_name, interrupted_exit)
+from flashrt_ros.cli.diagnostics_command import add_diagnostics_parser, diagnostics_command
+from flashrt_ros.cli.exit_status import (EXIT_CANCELLED, EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK,
+                                         EXIT_TERMINATED, EXIT_UNREACHABLE, EXIT_USAGE, code_name,
+                                         interrupted_exit)
 from flashrt_ros.cli.goal_commands import (add_goal_command, cancel_command, generate_command, goals_command,
-                                          run_policy_command)
+                                           run_policy_command)
 from flashrt_ros.cli.query_commands import param_command, status_command
+from flashrt_ros.cli.robot_tools import add_robot_tool_parsers, run_robot_tool
 from flashrt_ros.interface.actions import GENERATE, RUN_POLICY
 from flashrt_ros.interface.services import VERBS
 
@@ -42,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                         "generation itself may run longer (generate --max-seconds)")
     p.add_argument("--lease", type=float, default=None, metavar="SECONDS",
                    help="lease of the goals this command sends (run-policy, generate, bt run): if "
-                        "the command dies or hangs, the node ends its goal this long after the "
+                        "the command dies or freezes, the node ends its goal this long after the "
                         "last renewal (default 2; 0: no lease)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -66,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--watch", action="store_true", help="print every status message until Ctrl-C")
     s.add_argument("--count", type=int, default=0, metavar="N",
                    help="with --watch: stop after N messages (exit 0)")
+    add_diagnostics_parser(sub)
     s = add_goal_command(sub, RUN_POLICY)
     s.add_argument("--quiet", action="store_true", help="no line per step (waiting lines are still printed)")
     s = sub.add_parser("cancel", help="cancel a running goal by its id (from `status` or a BUSY message), "
@@ -102,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
                                                     "opens it in its log replay)")
     s.add_argument("--trace", action="store_true", help="print every node's transitions (built-in "
                                                          "nodes too), as BehaviorTree.CPP's StdCoutLogger")
+    add_robot_tool_parsers(sub)
     s = sub.add_parser("demo", help="start a node on SmolLM2 and run the scripted capsule session")
     s.add_argument("--model", default="smollm2")
     s.add_argument("--tokens", type=int, default=24, help="tokens per generation")
@@ -126,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bt":
             from flashrt_ros.bt.run import run_tree
             return run_tree(args.tree, **bt_run_options(args))
+        if args.command in ("fake-sensors", "watch-commands"):
+            return run_robot_tool(args)
         if args.command == "demo":
             from flashrt_ros.cli.demo import run_demo
             return run_demo(model=args.model, tokens=args.tokens)
@@ -211,11 +219,13 @@ def _dispatch(args: argparse.Namespace, client: Any) -> int:
     if verb is not None:
         return call_verb(verb, args, client)
     command = {"generate": generate_command, "run-policy": run_policy_command, "cancel": cancel_command,
-               "goals": goals_command, "status": status_command, "param": param_command}.get(args.command)
+               "goals": goals_command, "status": status_command, "param": param_command,
+               "diagnostics": diagnostics_command}.get(args.command)
     if command is None:  # pragma: no cover - argparse prevents it
         return EXIT_USAGE
     return command(args, client)
 
 
-__all__ = ["EXIT_CODES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_UNREACHABLE",
-           "EXIT_USAGE", "BY_COMMAND", "bt_run_options", "cli_hint", "code_name", "interrupted_exit", "main"]
+__all__ = ["EXIT_CANCELLED", "EXIT_CODES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED",
+           "EXIT_UNREACHABLE", "EXIT_USAGE", "BY_COMMAND", "bt_run_options", "cli_hint", "code_name",
+           "interrupted_exit", "main"]

@@ -9,6 +9,7 @@ token-identical. Prints what it measured; exit status 1 if anything differs.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,13 +60,16 @@ def run_demo(model: str = "smollm2", tokens: int = 24) -> int:
     rclpy.init(args=None)
     node = rclpy.create_node("flashrt_demo_client")
     client = FlashRTClient(node, f"/{NAMESPACE}/flashrt")
+    status = 1
     try:
         # Ctrl-C and SIGTERM end the demo at a safe point, and the node it started goes with it
         with client.sigint_at_safe_points():
             _wait_active(proc, log_path, timeout=300, interrupted=client.raise_if_interrupted)
             print(f"[demo] node active after {time.perf_counter() - t_start:.1f} s", flush=True)
-            return _script(client, tokens)
+            status = _script(client, tokens)
+            return status
     finally:
+        client.close()
         node.destroy_node()
         rclpy.try_shutdown()
         if proc.poll() is None:
@@ -74,6 +78,17 @@ def run_demo(model: str = "smollm2", tokens: int = 24) -> int:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        _clean_up(workdir, keep=status != 0)
+
+
+def _clean_up(workdir: Path, keep: bool) -> None:
+    """Remove the demo's folder (the node's log, its capsules); after a failure keep it, and say where:
+    the node's log is what explains it."""
+    if keep:
+        print(f"[demo] the node's log and capsules are kept in {workdir}", file=sys.stderr, flush=True)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _generate(client, prompt: str, tokens: int, reset: bool = False):

@@ -6,13 +6,16 @@ import argparse
 import sys
 from typing import Any
 
-from flashrt_ros.cli.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, code_name, interrupted_exit
+from flashrt_ros.cli.exit_status import (EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, code_name,
+                                         interrupted_exit)
 from flashrt_ros.interface.actions import GENERATE, RUN_POLICY, ActionDecl
 
 # An interrupt that got no final result back: a goal sent was cancelled (through its handle, or by id
 # when its acceptance never came), but nothing confirms it ended; say so rather than "cancelled".
 NO_RESULT = ("a cancel was sent for any goal this command had started, but no final result came back; "
              "`flashrt goals` shows whether one still runs (its lease ends it otherwise)")
+#: A goal this command did not cancel ended cancelled: someone else cancelled it.
+CANCELLED_BY_ANOTHER = "cancelled by another client (flashrt cancel, or another program)"
 
 
 def add_goal_command(sub: Any, decl: ActionDecl) -> argparse.ArgumentParser:
@@ -66,8 +69,13 @@ def generate_command(args: argparse.Namespace, client: Any) -> int:
     if not r.success:
         print(f"error ({code_name(r.error_code)}): {r.message}", file=sys.stderr)
         return EXIT_FAILED
+    drafts = getattr(r, "drafted_tokens", 0)
+    speculation = f", drafts accepted {r.accepted_tokens}/{drafts}" if drafts else ""
     print(f"[{len(r.token_ids)} tokens, stop: {r.stop_reason}, ttft {r.ttft_ms:.1f} ms, "
-          f"{r.tokens_per_second:.1f} tok/s, position {r.position}]", file=sys.stderr)
+          f"{r.tokens_per_second:.1f} tok/s, position {r.position}{speculation}]", file=sys.stderr)
+    if r.stop_reason == "cancelled":
+        print(f"generation {CANCELLED_BY_ANOTHER} at position {r.position}", file=sys.stderr)
+        return EXIT_CANCELLED
     return EXIT_OK
 
 
@@ -114,6 +122,13 @@ def run_policy_command(args: argparse.Namespace, client: Any) -> int:
         print(f"error ({code_name(r.error_code)}): {r.message}", file=sys.stderr)
         return EXIT_FAILED
     print(r.message)
+    if r.stop_reason == "cancelled":
+        back = ", rolled back to the goal's start" if r.rolled_back else ""
+        print(f"goal {CANCELLED_BY_ANOTHER} after {r.steps} steps{back}", file=sys.stderr)
+        return EXIT_CANCELLED
+    if r.stop_reason == "deactivated":
+        print(f"error: the goal ended after {r.steps} steps: the node was deactivated", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

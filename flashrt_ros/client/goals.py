@@ -12,8 +12,9 @@ because a status message taken before the goal's acceptance is dropped by rclpy
 show as ended.
 
 Goals carry a lease (``lease_s``, default ``lease.DEFAULT_LEASE_S``) and an
-``owner``: while an executor spins the client's node, a timer renews the lease
-of every goal it sent; if the process dies or hangs, the node ends the goal.
+``owner``: while the process lives, a thread of its own renews the lease of every
+goal it sent (whether or not anything spins the client's node); if the process
+dies, the node ends the goal.
 """
 from __future__ import annotations
 

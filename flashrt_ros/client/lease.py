@@ -1,15 +1,22 @@
 """The client half of goal leases: renew the goals this process sent while it lives.
 
-Why: a goal must not outlive its client. A ``flashrt bt run`` killed with SIGKILL, or
-stuck, cannot cancel its goal; the node then ends the goal itself once the lease
-is no longer renewed (the node's ``flashrt_ros.ros.goals``). Every ``lease_s / 4`` a timer on
-the client's node publishes one ``GoalHeartbeat`` naming all of this client's
-running goals, so renewal needs nothing but an executor spinning that node — the
-same thing that delivers the goals' results. A process that stops spinning (dead,
-or hung in a tick) stops renewing, and its goals end.
+Why: a goal must not outlive its client. A ``flashrt bt run`` killed with SIGKILL
+cannot cancel its goal; the node then ends the goal itself once the lease is no
+longer renewed (the node's ``flashrt_ros.ros.goals``). Every ``lease_s / 4`` a thread of its
+own publishes one ``GoalHeartbeat`` naming all of this client's running goals.
+
+Why a thread of its own: renewals used to come from a timer on the client's node,
+so they stopped whenever nothing spun that node: a tree's tick thread busy with a
+long tick, a busy executor, or a loaded machine. A live client then lost its goal
+("LEASE_EXPIRED" mid-mission, seen in CI). The renewal thread depends on nothing
+but the process being alive (it waits on an event, so it gets the interpreter
+lock back within Python's switch interval of any Python work). A process that
+hangs keeps renewing: ``flashrt bt run``'s watchdog ends a tick stuck for
+``TICK_STALL_S``, and its goals then end within the lease.
 """
 from __future__ import annotations
 
+import atexit
 import threading
 from typing import Any
 
@@ -22,16 +29,19 @@ DEFAULT_LEASE_S = 2.0
 
 
 class LeaseRenewer:
-    """Publishes heartbeats for the goals ``hold`` was called for, until ``release``."""
+    """Publishes heartbeats for the goals ``hold`` was called for, until ``release``, from a thread
+    of its own (started on the first ``hold``, stopped by ``close``)."""
 
     def __init__(self, node: Any, namespace: str, lease_s: float) -> None:
         if lease_s < 0:
             raise ValueError(f"lease_s must be >= 0 (0: no lease), got {lease_s}")
         self.node, self.topic, self.lease_s = node, f"{namespace}/{HEARTBEAT_TOPIC}", float(lease_s)
+        self.period_s = self.lease_s / 4.0
         self._goals: set[str] = set()
         self._lock = threading.Lock()
         self._publisher: Any = None
-        self._timer: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def hold(self, goal_id: Any) -> None:
         """Renew ``goal_id`` from now on (called when the goal is sent)."""
@@ -42,7 +52,11 @@ class LeaseRenewer:
             if self._publisher is None:           # created on first use: clients that send no goal publish nothing
                 from flashrt_ros.msg import GoalHeartbeat
                 self._publisher = self.node.create_publisher(GoalHeartbeat, self.topic, HEARTBEAT_QOS.profile())
-                self._timer = self.node.create_timer(self.lease_s / 4.0, self.beat)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._renew, daemon=True,
+                                                name=f"flashrt-lease {self.topic}")
+                self._thread.start()
+                atexit.register(self._stop_thread)     # a client never closed: the thread ends before ROS does
 
     def release(self, goal_id: Any) -> None:
         """Stop renewing ``goal_id`` (its result is in, or it was rejected)."""
@@ -54,19 +68,40 @@ class LeaseRenewer:
         with self._lock:
             return sorted(self._goals)
 
-    def beat(self) -> None:
-        """One heartbeat naming every held goal (the timer's callback)."""
+    def _renew(self) -> None:
+        """The renewal thread: one heartbeat every ``period_s`` until ``close`` (or the node is gone)."""
+        while not self._stop.wait(self.period_s):
+            if not self.beat():
+                return
+
+    def beat(self) -> bool:
+        """One heartbeat naming every held goal; False once the node (or ROS) is gone."""
         goals = self.held
-        if goals and self._publisher is not None:
-            from flashrt_ros.msg import GoalHeartbeat
-            self._publisher.publish(GoalHeartbeat(goal_ids=goals))
+        with self._lock:
+            publisher = self._publisher
+        if not goals or publisher is None:
+            return publisher is not None
+        from flashrt_ros.msg import GoalHeartbeat
+        try:
+            publisher.publish(GoalHeartbeat(goal_ids=goals))
+        except Exception:  # noqa: BLE001 - destroyed node, rclpy shut down: nothing left to renew for
+            return False
+        return True
+
+    def _stop_thread(self) -> None:
+        """End the renewal thread (waits for a heartbeat being sent); renews nothing after."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(1.0, 4 * self.period_s))
+        atexit.unregister(self._stop_thread)
 
     def close(self) -> None:
+        """Stop the renewal thread, then drop the publisher."""
+        self._stop_thread()
         with self._lock:
             self._goals.clear()
-            if self._timer is not None:
-                self.node.destroy_timer(self._timer)
-                self._timer = None
+            self._thread = None
             if self._publisher is not None:
                 self.node.destroy_publisher(self._publisher)
                 self._publisher = None

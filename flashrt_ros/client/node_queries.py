@@ -1,6 +1,6 @@
 """What a user without ros2cli asks a node besides its services and actions: its ``~/status``
-(transient-local: the latest message arrives on subscribing) and its parameters (the node's own
-rcl_interfaces services)."""
+(transient-local: the latest message arrives on subscribing), its ``/diagnostics`` entries and its
+parameters (the node's own rcl_interfaces services)."""
 from __future__ import annotations
 
 import time
@@ -11,13 +11,19 @@ from flashrt_ros.interface.qos import SERVICE_QOS, STATUS_QOS, STATUS_TOPIC
 
 
 class NodeQueries(ClientCore):
-    """``status`` / ``watch_status``, ``get_parameters`` / ``set_parameter``."""
+    """``status`` / ``watch_status``, ``watch_diagnostics``, ``get_parameters`` / ``set_parameter``."""
 
     def watch_status(self, callback: Callable[[Any], None]) -> Any:
         """Call ``callback(EngineStatus)`` for every ``~/status`` message (the latched last one first)."""
         from flashrt_ros.msg import EngineStatus
         return self.node.create_subscription(EngineStatus, f"{self.namespace}/{STATUS_TOPIC}", callback,
                                              STATUS_QOS.profile())
+
+    def watch_diagnostics(self, callback: Callable[[Any], None]) -> Any:
+        """Call ``callback(DiagnosticArray)`` for every ``/diagnostics`` message (every node's; the
+        caller picks its node's entries by name, see ``cli.diagnostics_command``)."""
+        from diagnostic_msgs.msg import DiagnosticArray
+        return self.node.create_subscription(DiagnosticArray, "/diagnostics", callback, 10)
 
     def status(self, timeout_s: float = 10.0) -> Any:
         """The node's latest ``~/status`` (EngineStatus); ServiceCallError if none arrives in time."""

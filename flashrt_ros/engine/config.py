@@ -31,6 +31,8 @@ class GenerationResult:
     one of ``stop_token``, ``max_new_tokens``, ``cancelled``, ``context_full``.
     ``position`` counts the tokens the model has consumed; ``transcript_length``
     also counts the pending (emitted, not yet consumed) token, if any.
+    With speculative decoding, ``drafted_tokens`` counts the drafts verified and
+    ``accepted_tokens`` those emitted (0 and 0 without).
     """
 
     text: str
@@ -40,9 +42,12 @@ class GenerationResult:
     position: int
     transcript_length: int
     timings: dict[str, float] = field(default_factory=dict)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"text": self.text, "token_ids": list(self.token_ids), "stop_reason": self.stop_reason,
                 "prompt_tokens": self.prompt_tokens, "position": self.position,
-                "transcript_length": self.transcript_length, "timings": dict(self.timings)}
+                "transcript_length": self.transcript_length, "timings": dict(self.timings),
+                "drafted_tokens": self.drafted_tokens, "accepted_tokens": self.accepted_tokens}
 

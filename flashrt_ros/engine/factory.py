@@ -25,11 +25,16 @@ MiB = 1 << 20
 
 
 def resolve_device(name: str) -> torch.device:
+    """The device ``name`` names (``auto``: CUDA if available); a CUDA device this torch has no kernels
+    for is refused here, naming the GPU and what to install (``cuda_arch``), not in its first kernel."""
+    from flashrt_ros.engine.cuda_arch import check_device
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidArgument(f"device {name!r} requested but CUDA is not available")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(name)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidArgument(f"device {name!r} requested but CUDA is not available")
+    check_device(device)
     return device
 
 
@@ -78,19 +83,22 @@ def build_engine(config: Any, log: Callable[[str], None] = print, *,
 
         log(f"loading model {config.model!r} on {device} ({dtype})")
         t0 = time.perf_counter()
-        model, tokenizer, _config, fingerprint_inputs = load_model(config.model, device, dtype)
+        speculative = getattr(config, "speculative_tokens", 0)
+        model, tokenizer, _config, fingerprint_inputs = load_model(config.model, device, dtype, mtp=speculative > 0)
         log(f"model loaded in {time.perf_counter() - t0:.1f} s; allocating arena "
-            f"(max_context {config.max_context})")
+            f"(max_context {config.max_context}" + (f", {speculative} speculative tokens" if speculative else "")
+            + ")")
         engine = LLMEngine(model, tokenizer, max_context=config.max_context, device=device,
                            prefill_chunk=config.prefill_chunk, fingerprint_inputs=fingerprint_inputs,
+                           speculative_tokens=speculative,
                            cuda_graphs=device.type == "cuda", verb_timeout_s=config.boundary_timeout_s,
                            store_config=StoreConfig(directory=directory, rollback_depth=config.rollback_depth,
                                                     default_tier=config.default_tier, **budgets))
         if engine.cuda_graphs:
             t0 = time.perf_counter()
             captured = engine.warm_up()
-            log(f"captured {captured} CUDA graphs (decode, draw, prefill lengths up to "
-                f"{config.prefill_chunk}) in {time.perf_counter() - t0:.1f} s")
+            log(f"captured {captured} CUDA graphs (decode, draw, " + ("verify, " if speculative else "")
+                + f"prefill lengths up to {config.prefill_chunk}) in {time.perf_counter() - t0:.1f} s")
         return engine
     if config.engine_kind == "policy":
         from flashrt_ros.engine.policy_engine import PolicyEngine

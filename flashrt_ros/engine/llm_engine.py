@@ -16,6 +16,12 @@ Why it looks like this:
   runs steps (bodies, CUDA graphs, commits). A prompt is cut into full chunks
   plus its remainder as descending powers of two (``chunk_lengths``), so at
   most ``log2(prefill_chunk) + 2`` prefill graphs exist.
+- Speculative decoding (``speculative_tokens = k > 0``, hybrid model): a step
+  verifies the pending token and ``k`` drafts in one forward and emits 1 .. k+1
+  tokens (``engine.speculative_steps``). Greedy output is the verifier's own
+  greedy continuation, sampled output has the same distribution as without
+  speculation; boundaries fall between steps, so a capsule holds the drafts and
+  the drafter's state too. The drafter is the model's MTP head unless one is given.
 """
 from __future__ import annotations
 
@@ -30,8 +36,11 @@ from flashrt_ros import __version__
 from flashrt_ros.engine.config import GenerationResult, StoreConfig
 from flashrt_ros.engine.graphs import chunk_lengths
 from flashrt_ros.engine.model_runner import ModelRunner
+from flashrt_ros.engine.drafters import Drafter, MTPDrafter
 from flashrt_ros.engine.request_setup import check_ids, check_fits, prompt_ids, write_request
 from flashrt_ros.engine.sampling import SamplingParams
+from flashrt_ros.engine.speculative_steps import (MAX_SPECULATIVE_TOKENS, SpeculativeDecoding,
+                                                  check_speculative_model, speculation_state_specs)
 from flashrt_ros.engine.state import (PENDING, RNG_COUNTER, RNG_SEED, TEMPERATURE, TOKENS, TOP_K, TOP_P,
                                       engine_state_specs)
 from flashrt_ros.models.base import CausalLM, FingerprintInputs
@@ -63,16 +72,32 @@ class LLMEngine:
     def __init__(self, model: CausalLM, tokenizer: Tokenizer, *, max_context: int = 2048,
                  device: torch.device | str | None = None, store_config: StoreConfig | None = None,
                  prefill_chunk: int = 128, fingerprint_inputs: FingerprintInputs | None = None,
-                 cuda_graphs: bool = False, verb_timeout_s: float | None = 30.0) -> None:
+                 cuda_graphs: bool = False, verb_timeout_s: float | None = 30.0,
+                 speculative_tokens: int = 0, drafter: Drafter | None = None) -> None:
+        """``speculative_tokens``: drafts verified per step (0 = off, up to 8); ``drafter``: who
+        drafts (default: the model's MTP head, ``MTPDrafter``)."""
         if max_context < 1 or prefill_chunk < 1:
             raise InvalidArgument("max_context and prefill_chunk must be >= 1")
+        if isinstance(speculative_tokens, bool) or not isinstance(speculative_tokens, int) \
+                or not 0 <= speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+            raise InvalidArgument(f"speculative_tokens must be an integer in 0..{MAX_SPECULATIVE_TOKENS} "
+                                  f"(got {speculative_tokens!r})")
+        if speculative_tokens and speculative_tokens + 2 > max_context:
+            raise InvalidArgument(f"max_context {max_context} leaves no room to verify {speculative_tokens} drafts")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_context = max_context
         self.prefill_chunk = prefill_chunk
+        self.speculative_tokens = speculative_tokens
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         specs = core_meta_specs() + model.state_specs(max_context) + engine_state_specs(
             max_context, model.vocab_size)
+        if speculative_tokens:
+            check_speculative_model(model)
+            drafter = drafter if drafter is not None else MTPDrafter(model)
+            specs += speculation_state_specs(speculative_tokens, model.vocab_size) + drafter.state_specs(
+                max_context, speculative_tokens)
+        self.drafter = drafter if speculative_tokens else None
         self.arena = StateArena(specs, self.device)
         fp = fingerprint_inputs or FingerprintInputs.from_model(model)
         self.fingerprint = compute_fingerprint(fp.config, fp.named_weights, self.arena, fp.code_version,
@@ -85,8 +110,11 @@ class LLMEngine:
         self.gate = BoundaryGate()
         self.capsules = CapsuleVerbs(self.gate, self.store, cold_start=self._cold_start,
                                      timeout_s=verb_timeout_s)
+        self.speculation = (SpeculativeDecoding(self.model, self.arena, self.drafter, speculative_tokens)
+                            if self.drafter is not None else None)
         self.runner = ModelRunner(self.model, self.arena, self.store.ring, self.gate,
-                                  prefill_chunk=prefill_chunk, cuda_graphs=cuda_graphs, version=self._version)
+                                  prefill_chunk=prefill_chunk, cuda_graphs=cuda_graphs, version=self._version,
+                                  speculation=self.speculation)
         self.stats = self.runner.stats
         self.cuda_graphs = self.runner.cuda_graphs
         self._generating = threading.Event()
@@ -134,7 +162,7 @@ class LLMEngine:
             if self._version() != version:
                 return 0
             fed = first.shape[0]
-            self.runner.prefill_step(first, after=(position + fed, 0))
+            self.runner.prefill_step(first, after=(position + fed, 0), first=position == 0)
         for chunk in chunks:
             if (should_stop is not None and should_stop()) or self._version() != version:
                 break
@@ -205,6 +233,8 @@ class LLMEngine:
                 transcript = 0
 
                 def report(token: int) -> None:
+                    nonlocal transcript
+                    transcript += 1
                     if "ttft_s" not in timings:
                         timings["ttft_s"] = time.perf_counter() - t0
                     piece = decoder.push(token)
@@ -212,6 +242,8 @@ class LLMEngine:
                         on_token(token, piece, transcript)
 
                 reason = "cancelled" if fed < expected else None
+                speculate = self.speculation is not None and self.speculation.set_stops(stops)
+                drafted = accepted = 0
                 t_decode = time.perf_counter()
                 while reason is None:
                     if (should_stop is not None and should_stop()) or self._version() != version:
@@ -223,10 +255,15 @@ class LLMEngine:
                         if has_pending and position >= self.max_context:
                             reason = "context_full"
                             break
-                        transcript = position + has_pending + 1      # once this step's token is out
-                        token = self.decode_step(greedy=greedy, report=report)
-                        emitted.append(token)
-                        if token in stops:
+                        transcript = position + has_pending           # report() counts each token out
+                        if speculate and has_pending and position + self.speculative_tokens < self.max_context:
+                            tokens = self._speculative_step(greedy, max_new_tokens - len(emitted), report)
+                            drafted += self.speculative_tokens
+                            accepted += len(tokens) - 1
+                        else:
+                            tokens = [self.decode_step(greedy=greedy, report=report)]
+                        emitted.extend(tokens)
+                        if tokens[-1] in stops:
                             reason = "stop_token"
                 timings["decode_s"] = time.perf_counter() - t_decode
                 timings["new_tokens"] = float(len(emitted))
@@ -239,9 +276,17 @@ class LLMEngine:
         text = self.tokenizer.decode([t for t in emitted if t not in stops])
         result = GenerationResult(text=text, token_ids=emitted, stop_reason=reason, prompt_tokens=len(ids),
                                   position=position, transcript_length=position + has_pending,
-                                  timings=timings)
+                                  timings=timings, drafted_tokens=drafted, accepted_tokens=accepted)
         self._last_result = {"stop_reason": reason, "new_tokens": len(emitted), **timings}
+        if self.speculation is not None:
+            self._last_result.update(drafted_tokens=drafted, accepted_tokens=accepted)
         return result
+
+    def _speculative_step(self, greedy: bool, limit: int, report: Callable[[int], None]) -> list[int]:
+        """One verification step (a token pending, room for the drafts): emits 1 .. k+1 tokens."""
+        with self._driving(), self.gate.step():
+            position, _ = self.runner.scalars()
+            return self.runner.speculative_step(greedy=greedy, limit=limit, report=report, position=position)
 
     def check_fresh_request(self, prompt: str | Sequence[int], *, chat: bool) -> None:
         """Refuse a prompt that could not start an empty transcript, without touching the arena.
@@ -318,6 +363,14 @@ class LLMEngine:
         finally:
             self._driver.release()
 
+    def _speculation_status(self) -> dict[str, Any]:
+        spec = self.speculation
+        if spec is None:
+            return {"tokens": 0}
+        return {"tokens": spec.tokens, "drafter": spec.drafter.name, "steps": spec.steps,
+                "drafted": spec.drafted, "accepted": spec.accepted,
+                "acceptance_rate": spec.accepted / spec.drafted if spec.drafted else 0.0}
+
     # ------------------------------------------------------------- inspection
     @property
     def busy(self) -> bool:
@@ -346,6 +399,7 @@ class LLMEngine:
             "sampling": {"temperature": float(a[TEMPERATURE].item()), "top_k": int(a[TOP_K].item()),
                          "top_p": float(a[TOP_P].item()), "seed": int(a[RNG_SEED].item()),
                          "counter": int(a[RNG_COUNTER].item())},
+            "speculation": self._speculation_status(),
             "arena_bytes": a.nbytes,
             "live_bytes": a.live_nbytes(),
             "device": str(self.device),

@@ -135,10 +135,12 @@ RUN_POLICY = ActionDecl(
                   "parameter of the same name also does)",
                   cli_help="a cancel (Ctrl-C) restores the state the goal started from"),
         _LEASE,
-        GoalField("stale_timeout_s", float, 0.0, "end the goal (STALE_INPUTS) after this long without fresh "
-                  "inputs (0: the node's goal_stale_timeout_s; < 0: wait for ever)", cli="stale-timeout",
-                  cli_help="end the goal (STALE_INPUTS) after S s without fresh inputs (default: the node's "
-                  "goal_stale_timeout_s; < 0: wait for ever)", cli_metavar="S", tree=False),
+        GoalField("stale_timeout_s", float, 0.0, "end the goal (STALE_INPUTS; INPUT_REJECTED when its input "
+                  "messages are refused) after this long without fresh inputs (0: the node's goal_stale_timeout_s; "
+                  "< 0: wait for ever)", cli="stale-timeout",
+                  cli_help="end the goal (STALE_INPUTS; INPUT_REJECTED when the node refuses the inputs' messages) "
+                  "after S s without fresh inputs (default: the node's goal_stale_timeout_s; < 0: wait for ever)",
+                  cli_metavar="S", tree=False),
         _OWNER),
     outputs=(ResultOutput("steps", int, "policy steps the goal took"),
              ResultOutput("stop_reason", str, "max_steps | max_duration | deactivated"),

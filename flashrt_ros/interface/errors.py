@@ -33,6 +33,7 @@ class ErrorCode(IntEnum):
                         # cancel reports stop_reason "cancelled" with success
     LEASE_EXPIRED = 16  # a goal's client stopped renewing its lease (it died or hangs): the node ended it
     STALE_INPUTS = 17   # a RunPolicy goal waited longer than its stale_timeout_s for fresh inputs
+    INPUT_REJECTED = 18  # ... while the node refused its input messages (their text names topic and why)
     INTERNAL = 99
 
 
@@ -56,6 +57,8 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.CANCELLED: "the node stopped the work (e.g. a goal ended by deactivate)",
     ErrorCode.LEASE_EXPIRED: "the goal's client stopped renewing its lease: the node ended it",
     ErrorCode.STALE_INPUTS: "the goal waited longer than its stale_timeout_s for fresh inputs",
+    ErrorCode.INPUT_REJECTED: "the goal waited past its stale_timeout_s on input messages the node refuses "
+                              "(an image encoding, a JointState lacking joints)",
     ErrorCode.INTERNAL: "unexpected failure; see the node log",
 }
 
@@ -68,8 +71,14 @@ DOCS: dict[ErrorCode, str] = {
                          "`stop_reason: cancelled` instead)",
     ErrorCode.LEASE_EXPIRED: "the goal's client stopped renewing its lease (it died or hangs): the node ended "
                              "the goal and published `hold_command`",
-    ErrorCode.STALE_INPUTS: "a RunPolicy goal waited longer than its `stale_timeout_s` for fresh inputs; the "
-                            "message names what it waited for",
+    ErrorCode.STALE_INPUTS: "a RunPolicy goal waited longer than its `stale_timeout_s` for fresh inputs (missing, "
+                            "too old, out of sync); the message names what it waited for",
+    ErrorCode.INPUT_REJECTED: "a RunPolicy goal waited longer than its `stale_timeout_s` while the node refused its "
+                              "input messages (an image encoding it cannot convert, a JointState lacking a joint "
+                              "of `input_joint_names`, an array of the wrong length); the message names the topic "
+                              "and why, in the words of `~/status`'s `inputs_detail` and the goal's waiting "
+                              "feedback. A goal whose policy step raised ends with `INTERNAL` (`policy step "
+                              "failed: ...`)",
 }
 
 

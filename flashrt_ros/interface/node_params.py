@@ -27,8 +27,8 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("dtype", "auto", "Weights/state dtype: 'auto' (LLM: float32 on cpu, bfloat16 on cuda; "
              "policy: float32), 'float32', 'bfloat16', 'float16' (a LeRobot policy's networks).", True,
              choices=("auto", "float32", "bfloat16", "float16")),
-    ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (π0, π0.5): 'exact' "
-             "(LeRobot's operations, bit-identical to it on CPU; for parity checks and debugging), 'fast' (the "
+    ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (SmolVLA, π0, π0.5): "
+             "'exact' (LeRobot's operations, bit-identical to it on CPU; for parity checks and debugging), 'fast' (the "
              "same plan and state in fused kernels: folded norms, fused projections, SDPA; equal to 'exact' "
              "within rounding), 'auto' (fast on CUDA, exact on CPU). Other policies ignore it.", True,
              choices=("auto", "exact", "fast")),
@@ -37,6 +37,11 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("prefill_chunk", 256, "Prompt tokens per prefill chunk; a committed boundary follows "
              "each chunk. A remainder is cut into powers of two (on CUDA one graph per length, "
              "all captured on configure).", True, int_range=(1, 65536)),
+    ParamDef("speculative_tokens", 0, "Speculative decoding: drafts the LLM verifies per step (0 = off). "
+             "Needs a Qwen3-Next checkpoint with its multi-token-prediction head (mtp.* weights; "
+             "'random-hybrid-tiny' has a random one), which drafts; each step then emits 1 to "
+             "speculative_tokens + 1 tokens, greedy output unchanged, sampled output equally distributed. "
+             "docs/services.md, 'Speculative decoding'.", True, int_range=(0, 8)),
     ParamDef("max_new_tokens", 128, "Default for Generate goals that leave max_new_tokens at 0 "
              "(applied live).", int_range=(1, 262144)),
     ParamDef("capsule_device_budget_mb", 1024, "Byte budget of the device-resident capsule tier "

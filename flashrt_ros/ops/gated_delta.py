@@ -124,9 +124,14 @@ def torch_chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 def torch_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                      g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
-                                     use_qk_l2norm: bool = True,
+                                     use_qk_l2norm: bool = True, states_out: torch.Tensor | None = None,
                                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-by-token gated delta rule (same shapes and returns as the chunked form)."""
+    """Token-by-token gated delta rule (same shapes and returns as the chunked form).
+
+    ``states_out [>= T, H, dk, dv]``: if given, the state after each token ``i``
+    is also written to ``states_out[i]`` (speculative verification keeps them to
+    roll back to any accepted prefix).
+    """
     q, k, v, g, beta = _prepare(q, k, v, g, beta, use_qk_l2norm)
     s = state.float()
     outs = []
@@ -136,6 +141,8 @@ def torch_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.
         delta = (v[:, i] - predicted) * beta[:, i, None]
         s = s + k[:, i, :, None] * delta[:, None, :]
         outs.append(torch.einsum("hkv,hk->hv", s, q[:, i]))
+        if states_out is not None:
+            states_out[i].copy_(s)
     return torch.stack(outs, dim=0), s
 
 
@@ -208,3 +215,32 @@ def gated_delta_decode(qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: t
         v.view(1, value_heads, head_v_dim), g.view(1, value_heads), beta.view(1, value_heads), state)
     state.copy_(new_state)
     return gated_rms_norm(out[0].to(qkv.dtype), z.view(value_heads, head_v_dim), norm_weight, eps)
+
+
+def gated_delta_verify(qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
+                       A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor,
+                       states_out: torch.Tensor, norm_weight: torch.Tensor, eps: float, num_k_heads: int,
+                       head_k_dim: int, head_v_dim: int) -> torch.Tensor:
+    """``T`` tokens of a Gated DeltaNet layer after its conv, one recurrent step each, keeping every state.
+
+    Why not the chunked prefill form: speculative verification must be able to
+    roll the layer back to the state after any accepted prefix, so the state
+    after each token ``i`` is written to ``states_out[i]`` (``[>= T, Hv, dk, dv]``
+    float32) and ``state`` itself is only read; the caller copies the state of
+    the accepted prefix back (``HybridCausalLM.keep_verified``). Per token this
+    is the decode step's arithmetic (``gated_delta_decode``). ``qkv [T, conv_dim]``,
+    ``z [T, Hv*dv]``, ``a, b [T, Hv]``; returns ``[T, Hv, dv]`` in ``qkv``'s dtype.
+    On CUDA with triton this is two kernels for all ``T`` tokens.
+    """
+    if use_triton(qkv):
+        from flashrt_ros.ops.triton.gated_deltanet import gated_delta_verify_steps
+        return gated_delta_verify_steps(qkv, z, b, a, A_log, dt_bias, state, states_out, norm_weight, eps,
+                                        num_k_heads, head_k_dim, head_v_dim)
+    t, value_heads = qkv.shape[0], state.shape[0]
+    key_dim = num_k_heads * head_k_dim
+    q, k, v = qkv.split([key_dim, key_dim, value_heads * head_v_dim], dim=-1)
+    g, beta = gdn_gates(a, b, A_log, dt_bias)
+    out, _ = torch_recurrent_gated_delta_rule(
+        q.reshape(t, num_k_heads, head_k_dim), k.reshape(t, num_k_heads, head_k_dim),
+        v.reshape(t, value_heads, head_v_dim), g, beta, state, states_out=states_out)
+    return gated_rms_norm(out.to(qkv.dtype), z.reshape(t, value_heads, head_v_dim), norm_weight, eps)

@@ -33,6 +33,19 @@ class JointSelector:
     def size(self) -> int:
         return len(self.joint_names) * len(self.fields)
 
+    def problem(self, names: Sequence[str], arrays: dict[str, Sequence[float]]) -> str | None:
+        """Why a JointState cannot be used (a joint missing, an array too short), or None. Cheap
+        (the joint order is cached): checked on every message at receipt."""
+        try:
+            self._indices(tuple(names))
+        except InvalidArgument as exc:
+            return str(exc)
+        for field in self.fields:
+            values = arrays.get(field, ())
+            if len(values) != len(names):
+                return f"JointState has {len(names)} names but {len(values)} {field} values"
+        return None
+
     def select(self, names: Sequence[str], arrays: dict[str, Sequence[float]]) -> torch.Tensor:
         """float32 ``(len(fields) * len(joint_names),)``: field-major (all positions, then velocities)."""
         index = self._indices(tuple(names))
@@ -51,7 +64,8 @@ class JointSelector:
         where = {n: i for i, n in enumerate(names)}
         missing = [n for n in self.joint_names if n not in where]
         if missing:
-            raise InvalidArgument(f"JointState lacks joint(s) {missing} (it has {list(names)})")
+            raise InvalidArgument(f"JointState lacks joint(s) {missing} of input_joint_names "
+                                  f"(it has {list(names)})")
         index = [where[n] for n in self.joint_names]
         self._index_cache = (names, index)
         return index
@@ -60,3 +74,10 @@ class JointSelector:
 def state_from_array(values: Sequence[float]) -> torch.Tensor:
     """A ``Float32MultiArray``'s data as the float32 state vector."""
     return torch.tensor(list(values), dtype=torch.float32)
+
+
+def length_problem(count: int, expected: int, feature: str) -> str | None:
+    """Why an array of ``count`` values cannot feed ``feature`` of ``expected`` values, or None."""
+    if count == expected:
+        return None
+    return f"the message has {count} values but the policy's {feature} takes {expected}"

@@ -110,10 +110,28 @@ def engine_status(status: Mapping[str, Any], lifecycle_state: str, stamp: Time) 
         if status.get(field) is not None:
             setattr(msg, field, cast(status[field]))
     for field in ("position", "boundary_id", "capsule_count", "arena_bytes", "live_bytes",
-                  "device_bytes", "host_bytes", "disk_bytes", "policy_steps", "deadline_misses", "rejected_messages"):
+                  "device_bytes", "host_bytes", "disk_bytes", "policy_steps", "deadline_misses", "rejected_messages",
+                  "speculative_tokens", "drafted_tokens", "accepted_tokens"):
         if status.get(field) is not None:
             setattr(msg, field, checked_int(status[field], _field_bounds(msg, field), f"status {field}"))
+    _replan_fields(msg, status.get("replan") or {})
     return msg
+
+
+#: PolicyEngine.replan_status() keys -> EngineStatus fields (integers)
+REPLAN_COUNTS = ("delay_steps", "chunk_steps", "launched", "merged", "late", "held", "dropped")
+
+
+def _replan_fields(msg: EngineStatus, replan: Mapping[str, Any]) -> None:
+    """The policy engine's replanning summary (mode, delay, what became of the plans) on ``msg``."""
+    if replan.get("mode"):
+        msg.replan_mode = str(replan["mode"])
+    for key in REPLAN_COUNTS:
+        if replan.get(key) is not None:
+            field = f"replan_{key}"
+            setattr(msg, field, checked_int(replan[key], _field_bounds(msg, field), f"status {field}"))
+    if replan.get("turnaround_p95_ms") is not None:
+        msg.replan_turnaround_p95_ms = float(replan["turnaround_p95_ms"])
 
 
 def _field_bounds(msg: Any, field: str) -> tuple[int, int]:

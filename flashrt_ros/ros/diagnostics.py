@@ -14,15 +14,23 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 KEYS = ("engine_kind", "model", "device", "session", "busy", "position", "boundary_id",
         "capsule_count", "arena_bytes", "live_bytes", "device_bytes", "host_bytes", "disk_bytes",
         "step_p50_ms", "step_p99_ms", "inputs_state", "inputs_detail", "policy_steps",
-        "deadline_misses", "rejected_messages", "max_observation_age_s", "input_age_limits_s",
-        "input_periods_s", "control_priority", "control_overruns", "control_gc_max_ms")
+        "deadline_misses", "rejected_messages", "speculative_tokens", "drafted_tokens", "accepted_tokens",
+        "max_observation_age_s", "input_age_limits_s", "input_periods_s", "control_priority", "control_overruns",
+        "control_gc_max_ms")
 
 
 def status_summary(kind: str, model: str, raw: Mapping[str, Any], busy: bool) -> dict[str, Any]:
     """The EngineStatus fields from an engine's ``status()``; ``busy``: a generation or control loop runs."""
-    step = raw["latency"].get("decode", {}) if kind == "llm" else raw["latency"]
+    # an LLM's step: a decode step, or a speculative one (1 .. k+1 tokens) when it speculates
+    step = (raw["latency"].get("speculative") or raw["latency"].get("decode", {})) if kind == "llm" \
+        else raw["latency"]
     store = tier_bytes(raw["store"])
+    speculation = raw.get("speculation") or {}
+    counters = {"speculative_tokens": int(speculation.get("tokens", 0)),
+                "drafted_tokens": int(speculation.get("drafted", 0)),
+                "accepted_tokens": int(speculation.get("accepted", 0))} if kind == "llm" else {}
     return {
+        **counters,
         "replan": dict(raw.get("replan", {})),
         "engine_kind": kind, "model": model, "device": str(raw["device"]),
         "session": str(raw["session"]), "busy": bool(busy),

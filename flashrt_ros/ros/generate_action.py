@@ -155,6 +155,8 @@ class GenerateActionServer:
         result.position = _transcript_length(engine) if rolled_back else int(outcome.transcript_length)
         result.ttft_ms = 1e3 * float(outcome.timings.get("ttft_s", 0.0))
         result.tokens_per_second = float(outcome.timings.get("decode_tokens_per_s", 0.0))
+        result.drafted_tokens = int(outcome.drafted_tokens)
+        result.accepted_tokens = int(outcome.accepted_tokens)
         if outcome.stop_reason == "cancelled" and goal_handle.is_cancel_requested:
             goal_handle.canceled()
         elif stopped_by_node:

@@ -8,7 +8,15 @@ Leases: a goal sent with ``lease_s > 0`` lives only while its client names it on
 ``<node>/goal_heartbeat`` at least once every ``lease_s`` (our client sends every
 ``lease_s / 4``); the lease starts when the goal is accepted. The action servers ask
 ``lease_expired`` before every step or token and end an expired goal
-(``LEASE_EXPIRED``). Pure Python, no ROS: the node feeds it.
+(``LEASE_EXPIRED``). Pure Python, no ROS: the node feeds it (``heartbeats.py``).
+
+A lease is measured against what the node has *heard*, not against the wall clock
+alone: the listener reports (``heard``) the latest time up to which it has taken every
+heartbeat that had arrived, and a goal expires only when that time is more than
+``lease_s`` past its last renewal. So a node too busy to read its heartbeats (a loaded
+machine, a starved thread) never ends a live client's goal for heartbeats waiting
+unread; it decides as soon as it has read them. Without a listener (``heard`` never
+called) the wall clock is used.
 """
 from __future__ import annotations
 
@@ -30,14 +38,17 @@ class RunningGoal:
     renewed: float              # monotonic time of the last heartbeat (or the start)
     state: str = ""             # stepping | waiting: <what> | generating
     steps: int = 0              # policy steps or tokens so far
+    heard_until: Callable[[float], float] = field(default=lambda now: now, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def lease_expired(self, now: float | None = None) -> bool:
+        """No heartbeat for ``lease_s`` up to the time the node has heard up to (see the module docstring)."""
         if self.lease_s <= 0:
             return False
+        now = time.monotonic() if now is None else now
         with self._lock:
             renewed = self.renewed
-        return (time.monotonic() if now is None else now) - renewed > self.lease_s
+        return min(now, self.heard_until(now)) - renewed > self.lease_s
 
     def renew(self, now: float) -> None:
         with self._lock:
@@ -60,11 +71,13 @@ class GoalBook:
         self._lock = threading.Lock()
         self._running: dict[str, RunningGoal] = {}          # action -> its running goal
         self._on_change = on_change                         # a goal began or ended (e.g. publish ~/status)
+        self._heard: float | None = None                    # see heard(); None: no listener, the wall clock
 
     def begin(self, action: str, goal_id: str, owner: str, lease_s: float) -> RunningGoal:
         """Record ``goal_id`` as ``action``'s running goal (the caller holds the action's busy lock)."""
         now = time.monotonic()
-        goal = RunningGoal(action, goal_id, owner, max(0.0, float(lease_s)), now, now)
+        goal = RunningGoal(action, goal_id, owner, max(0.0, float(lease_s)), now, now,
+                           heard_until=self.heard_until)
         with self._lock:
             self._running[action] = goal
         self._on_change()
@@ -94,3 +107,14 @@ class GoalBook:
             renewing = [g for g in self._running.values() if g.goal_id in wanted]
         for goal in renewing:
             goal.renew(now)
+
+    def heard(self, until: float | None) -> None:
+        """The listener has taken every heartbeat that arrived before ``until`` (monotonic); None: the
+        listener stopped, leases fall back to the wall clock."""
+        with self._lock:
+            self._heard = until if until is None or self._heard is None else max(self._heard, until)
+
+    def heard_until(self, now: float) -> float:
+        """The time up to which heartbeats are known read (``now`` without a listener)."""
+        with self._lock:
+            return now if self._heard is None else self._heard

@@ -24,7 +24,8 @@ The node is its lifecycle and its process; what it serves lives beside it:
 - the actions: ``~/generate`` (``generate_action.GenerateActionServer``, llm
   engine) and ``~/run_policy`` (``policy_action.PolicyActionServer``, policy
   engine); the policy's topics (``policy_io.PolicyTopics``, built on activate);
-- ``~/status`` and ``/diagnostics`` (``diagnostics.py``), published here.
+- ``~/status`` and ``/diagnostics`` (``diagnostics.py``), published here; how
+  replanning goes (late plans, held steps) also in the log (``replan_log.py``).
 
 Executors and threads: a MultiThreadedExecutor with separate callback groups
 for the state services (reentrant: several clients at once), the generate
@@ -37,7 +38,8 @@ parks the current state as a hidden capsule and restores that session's (a
 new one starts empty) before it runs; ``~/status`` and ListCapsules report it.
 
 Goals (RunPolicy, Generate) never outlive their clients: ``goals.GoalBook``
-keeps each running goal's owner and lease, renewed on ``~/goal_heartbeat``; a
+keeps each running goal's owner and lease, renewed on ``~/goal_heartbeat`` (read by
+``heartbeats.HeartbeatListener`` on a thread of its own); a
 second goal is aborted with BUSY naming the first. SIGINT and SIGTERM end every
 goal at its next boundary (clients get a result), then the node exits.
 """
@@ -59,15 +61,17 @@ from rclpy.signals import SignalHandlerOptions
 
 from flashrt_ros.interface.node_params import PARAMS, NodeConfig
 from flashrt_ros.interface.parameters import first_problem
-from flashrt_ros.interface.qos import HEARTBEAT_QOS, HEARTBEAT_TOPIC, STATUS_QOS, STATUS_TOPIC
+from flashrt_ros.interface.qos import STATUS_QOS, STATUS_TOPIC
 from flashrt_ros.interface.robot_io_params import ROBOT_IO_PARAMS, RobotIOConfig
-from flashrt_ros.msg import EngineStatus, GoalHeartbeat
+from flashrt_ros.msg import EngineStatus
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary
 from flashrt_ros.ros.generate_action import GenerateActionServer
 from flashrt_ros.ros.goals import GoalBook
+from flashrt_ros.ros.heartbeats import HeartbeatListener
 from flashrt_ros.ros.parameters import declare_parameters, read_config, refuse_invalid_sets
-from flashrt_ros.ros.spinning import spin_until_shutdown
+from flashrt_ros.ros.replan_log import ReplanLog
+from flashrt_ros.ros.spinning import finish_dispatched, spin_until_shutdown
 from flashrt_ros.ros.state_services import StateServices
 from flashrt_ros.runtime.errors import NotActive
 
@@ -86,6 +90,7 @@ class FlashRTNode(LifecycleNode):
         self._policy_io: Any = None
         self._shutting_down = False                  # set by shut_down_goals(): goals end, none starts
         self._goals = GoalBook(on_change=self._publish_status)
+        self._replan_log = ReplanLog(self.get_logger())
 
         self._state_group = ReentrantCallbackGroup()
         self._action_group = ReentrantCallbackGroup()
@@ -100,9 +105,8 @@ class FlashRTNode(LifecycleNode):
         self._run_policy_server = PolicyActionServer(self, self._action_group,
                                                      lambda: self._policy_io, lambda: self._engine,
                                                      self._goals, lambda: self._shutting_down)
-        # Heartbeats in a group of their own: never queued behind a step, a service or a goal.
-        self.create_subscription(GoalHeartbeat, f"~/{HEARTBEAT_TOPIC}", lambda m: self._goals.renew(m.goal_ids),
-                                 HEARTBEAT_QOS.profile(), callback_group=MutuallyExclusiveCallbackGroup())
+        # Heartbeats read on a thread of their own: never queued behind a step, a service or a goal.
+        self._heartbeats = HeartbeatListener(self, self._goals)
         self._status_pub = self.create_publisher(EngineStatus, f"~/{STATUS_TOPIC}", STATUS_QOS.profile())
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._status_timer = self.create_timer(self._config.status_period_s, self._publish_status,
@@ -153,6 +157,8 @@ class FlashRTNode(LifecycleNode):
         self._active = True
         self._lifecycle_name = "active"
         self.get_logger().info("active: serving capsule services")
+        if self._config.engine_kind == "policy":
+            self._replan_log.started(self._engine.replan_status())
         self._publish_status()
         return super().on_activate(state)
 
@@ -203,6 +209,11 @@ class FlashRTNode(LifecycleNode):
         self._shutting_down = True
         self._active = False           # Generate stops at its next token; services answer NOT_ACTIVE
 
+    def destroy_node(self) -> None:
+        """Stop reading heartbeats (its thread and hidden node), then destroy the node."""
+        self._heartbeats.destroy()
+        super().destroy_node()
+
     def goals_running(self) -> bool:
         return self._goals.current() is not None
 
@@ -248,6 +259,8 @@ class FlashRTNode(LifecycleNode):
         if goal is not None:
             status.update(goal_id=goal.goal_id, goal_owner=goal.owner, goal_state=goal.state)
         status.setdefault("engine_kind", self._config.engine_kind)
+        if self._active:
+            self._replan_log.update(status.get("replan", {}))
         stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(conv.engine_status(status, self._lifecycle_name, stamp))
         self._diag_pub.publish(diagnostics_message(self.get_fully_qualified_name(), status,
@@ -321,10 +334,13 @@ def _shut_down(node: FlashRTNode, executor: MultiThreadedExecutor) -> bool:
     results_sent = time.monotonic() + RESULT_SEND_S      # rclpy sends a result from an executor task
     while time.monotonic() < results_sent:
         executor.spin_once(timeout_sec=0.02)
+    deadline = time.monotonic() + THREADS_END_WAIT_S
+    # no more spinning: the handlers already in the pool finish before the executor goes (else
+    # "exception was never retrieved" lines on every shutdown: spinning.finish_dispatched)
+    finish_dispatched(executor, THREADS_END_WAIT_S, node.get_logger().error)
     pool = getattr(executor, "_executor", None)          # the MultiThreadedExecutor's thread pool
     executor.shutdown(timeout_sec=0.0, wait_for_threads=False)
     threads = list(getattr(pool, "_threads", ()))
-    deadline = time.monotonic() + THREADS_END_WAIT_S
     for thread in threads:                  # idle pool threads exit at once after shutdown
         thread.join(max(0.0, deadline - time.monotonic()))
     done = not any(thread.is_alive() for thread in threads)

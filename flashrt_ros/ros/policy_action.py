@@ -14,8 +14,11 @@ in error) ``waiting`` messages say what for, at most one a second.
 
 A goal never outlives its client or waits silently: with ``lease_s`` it ends
 (``LEASE_EXPIRED``, the hold command published) once its client stops renewing
-it (``goals.GoalBook``); after ``stale_timeout_s`` without fresh inputs it ends
-with ``STALE_INPUTS`` naming what it waited for. One goal at a time: a second is
+it (``goals.GoalBook``); after ``stale_timeout_s`` without a step it ends with the
+code of why, in the words ``~/status`` used (``robot_io.input_verdict``):
+``STALE_INPUTS`` (inputs missing, old, out of sync), ``INPUT_REJECTED`` (their
+messages refused: an encoding, a JointState lacking joints) or ``INTERNAL`` (the
+policy step raised). One goal at a time: a second is
 accepted and aborted at once with ``BUSY`` and a message naming the running goal
 and its owner (a rejection could carry no reason).
 """
@@ -32,19 +35,21 @@ from flashrt_ros.interface.goals import goal_id_hex
 from flashrt_ros.interface.node_params import NodeConfig
 from flashrt_ros.interface.qos import FEEDBACK_QOS
 from flashrt_ros.interface.robot_io_params import RobotIOConfig
+from flashrt_ros.robot_io.input_verdict import STOP_REASONS
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.goal_capsule import GoalCapsule
 from flashrt_ros.ros.goals import GoalBook, RunningGoal
 from flashrt_ros.ros.parameters import read_config
-from flashrt_ros.runtime.errors import (Busy, FlashRTError, InvalidArgument, LeaseExpired, NotActive,
-                                        StaleInputs)
+from flashrt_ros.runtime.errors import (Busy, FlashRTError, InputRejected, InvalidArgument, LeaseExpired,
+                                        NotActive, StaleInputs)
 from flashrt_ros.runtime.errors import ErrorCode
 
 #: A goal that cannot step says so after this long, then once per ``WAITING_REPORT_S``.
 WAITING_FIRST_REPORT_S = 0.5
 WAITING_REPORT_S = 1.0
 #: Stop reasons that end a goal with an error (the others succeed, or are a client's cancel).
-_FAILED_STOPS = {"lease_expired": LeaseExpired, "stale_inputs": StaleInputs}
+_FAILED_STOPS = {"lease_expired": LeaseExpired, "stale_inputs": StaleInputs, "input_rejected": InputRejected,
+                 "step_failed": FlashRTError}
 
 
 class GoalRun:
@@ -61,6 +66,7 @@ class GoalRun:
         self.unreported: list[tuple[int, list[float]]] = []    # (steps, action) not yet sent as feedback
         self.waiting_since: float | None = None          # monotonic; None while the goal steps
         self.waiting_for = ""
+        self.waiting_cause = "stale"                     # a key of input_verdict.STOP_REASONS
         self.stop_reason = ""
         self.stop_detail = ""
         self.changed = threading.Condition()
@@ -89,21 +95,22 @@ class GoalRun:
                 self.stop_reason = "max_steps"
             self.changed.notify_all()
 
-    def waiting(self, what: str) -> None:
-        """A tick that may step for this goal found its inputs not ready (``what``: why)."""
+    def waiting(self, what: str, cause: str = "stale") -> None:
+        """A tick that may step for this goal could not (``what``: why, in the words of ~/status;
+        ``cause``: stale | rejected | step_failed, which decides the code the goal may end with)."""
         with self.changed:
             if self.waiting_since is None:
                 self.waiting_since = time.monotonic()
-            self.waiting_for = what
+            self.waiting_for, self.waiting_cause = what, cause
 
     def waited_too_long(self, now: float) -> bool:
-        """Past the stale bound: ends the goal with ``stale_inputs``."""
+        """Past the stale bound: ends the goal with the stop reason of why it waited (stale_inputs, ...)."""
         with self.changed:
-            since, what = self.waiting_since, self.waiting_for
+            since, what, cause = self.waiting_since, self.waiting_for, self.waiting_cause
         if since is None or self.stale_timeout_s <= 0 or now - since < self.stale_timeout_s:
             return False
-        self.finish("stale_inputs", f"no policy step for {now - since:.1f} s (stale_timeout_s "
-                                    f"{self.stale_timeout_s:g} s): {what}")
+        self.finish(STOP_REASONS.get(cause, "stale_inputs"),
+                    f"no policy step for {now - since:.1f} s (stale_timeout_s {self.stale_timeout_s:g} s): {what}")
         return True
 
     def take_unreported(self) -> list[tuple[int, list[float]]]:

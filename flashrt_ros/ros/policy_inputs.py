@@ -27,7 +27,7 @@ from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.robot_io.images import (compressed_format_problem, compressed_image_feature,
                                          encoding_problem, image_feature)
-from flashrt_ros.robot_io.joints import JointSelector, state_from_array
+from flashrt_ros.robot_io.joints import JointSelector, length_problem, state_from_array
 from flashrt_ros.runtime.errors import InvalidArgument
 
 #: (message type, the feature it feeds, message -> tensor, message -> why it is refused or None)
@@ -77,67 +77,122 @@ def input_plan(io: RobotIOConfig, features: Mapping[str, FeatureSpec]) -> dict[s
     """topic -> (message type, feature, message -> tensor, message -> why it is refused).
 
     Every policy feature is served exactly once, with the declared size where the
-    parameters fix it; otherwise one InvalidArgument naming the parameter to change.
+    parameters fix it; otherwise one InvalidArgument naming every problem found and the
+    parameter to change for each (a user fixes them all in one restart, not one per start).
     """
+    plan, problems = _routes(io, features)
+    if problems:
+        raise one_error(problems)
+    return plan
+
+
+class InputProblems(InvalidArgument):
+    """Every problem found, in one error (``problems``: each its own sentence)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__(problems[0] if len(problems) == 1 else f"{len(problems)} problems: "
+                         + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1)))
+
+
+def one_error(problems: list[str]) -> InputProblems:
+    """One InvalidArgument for all ``problems`` (numbered when there are several)."""
+    return InputProblems(problems)
+
+
+def problems_of(exc: InvalidArgument) -> list[str]:
+    """The problems an error names (several for an ``InputProblems``)."""
+    return list(getattr(exc, "problems", [str(exc)]))
+
+
+def _routes(io: RobotIOConfig, features: Mapping[str, FeatureSpec]) -> tuple[dict[str, InputRoute], list[str]]:
+    """The routes that could be built and every problem found on the way."""
     plan: dict[str, InputRoute] = {}
+    problems: list[str] = []
     accept = lambda _m: None  # noqa: E731
     state = features.get(STATE)
     if io.input_joint_state_topic:
         try:
             selector = JointSelector(io.input_joint_names, io.input_joint_fields)
         except InvalidArgument as exc:
-            raise InvalidArgument(f"input_joint_names / input_joint_fields: {exc}") from None
-        if state is not None and tuple(state.shape) != (selector.size,):
-            raise InvalidArgument(
-                f"the policy's {STATE} has shape {tuple(state.shape)} but input_joint_names x "
-                f"input_joint_fields give {len(selector.joint_names)} x {len(selector.fields)} = "
-                f"{selector.size} values: set input_joint_names (and input_joint_fields) so "
-                f"that they give {state.shape[0] if state.shape else 0}")
-        plan[io.input_joint_state_topic] = (JointState, STATE, lambda m: selector.select(
-            m.name, {"position": m.position, "velocity": m.velocity, "effort": m.effort}), accept)
+            problems.append(f"input_joint_names / input_joint_fields: {exc}")
+            selector = None
+        if selector is not None:
+            if state is not None and tuple(state.shape) != (selector.size,):
+                problems.append(
+                    f"the policy's {STATE} has shape {tuple(state.shape)} but input_joint_names x "
+                    f"input_joint_fields give {len(selector.joint_names)} x {len(selector.fields)} = "
+                    f"{selector.size} values: set input_joint_names (and input_joint_fields) so "
+                    f"that they give {state.shape[0] if state.shape else 0}")
+            plan[io.input_joint_state_topic] = (
+                JointState, STATE,
+                lambda m, s=selector: s.select(m.name, _joint_arrays(m)),
+                lambda m, s=selector: s.problem(m.name, _joint_arrays(m)))
     elif io.input_state_topic:
         plan[io.input_state_topic] = (Float32MultiArray, STATE, lambda m: state_from_array(m.data),
-                                      accept)
+                                      _length_check(features.get(STATE), STATE) or accept)
     if io.input_environment_state_topic:
-        plan[io.input_environment_state_topic] = (Float32MultiArray, ENV_STATE,
-                                                  lambda m: state_from_array(m.data), accept)
+        plan[io.input_environment_state_topic] = (
+            Float32MultiArray, ENV_STATE, lambda m: state_from_array(m.data),
+            _length_check(features.get(ENV_STATE), ENV_STATE) or accept)
     names = list(io.input_image_features) or [image_feature_name(t) for t in io.input_image_topics]
-    if len(names) != len(io.input_image_topics):
-        raise InvalidArgument(f"input_image_features names {len(names)} features for "
-                              f"{len(io.input_image_topics)} input_image_topics: give one per topic")
     images = sorted(n for n, spec in features.items() if spec.kind == "image")
-    for topic, name in zip(io.input_image_topics, names):
-        spec = features.get(name)
-        if spec is None or spec.kind != "image":
-            raise InvalidArgument(f"image topic {topic} feeds {name!r}, which is not an image "
-                                  f"feature of the policy (its image features: {images}): set "
-                                  f"input_image_features to one name per input_image_topics entry")
-        if topic.rstrip("/").endswith(COMPRESSED_SUFFIX):
-            plan[topic] = (CompressedImage, name, lambda m, shape=spec.shape: compressed_image_feature(
-                m.data, m.format, shape), lambda m: compressed_format_problem(m.format))
-        else:
-            plan[topic] = (Image, name, lambda m, shape=spec.shape: image_feature(
-                m.data, m.height, m.width, m.step, m.encoding, shape, bool(m.is_bigendian)),
-                lambda m: encoding_problem(m.encoding))
+    if len(names) != len(io.input_image_topics):
+        problems.append(f"input_image_features names {len(names)} features for "
+                        f"{len(io.input_image_topics)} input_image_topics: give one per topic")
+    else:
+        for topic, name in zip(io.input_image_topics, names):
+            spec = features.get(name)
+            if spec is None or spec.kind != "image":
+                problems.append(f"image topic {topic} feeds {name!r}, which is not an image feature "
+                                f"of the policy (its image features: {images}): set "
+                                "input_image_features to one name per input_image_topics entry")
+                continue
+            if topic.rstrip("/").endswith(COMPRESSED_SUFFIX):
+                plan[topic] = (CompressedImage, name, lambda m, shape=spec.shape: compressed_image_feature(
+                    m.data, m.format, shape), lambda m: compressed_format_problem(m.format))
+            else:
+                plan[topic] = (Image, name, lambda m, shape=spec.shape: image_feature(
+                    m.data, m.height, m.width, m.step, m.encoding, shape, bool(m.is_bigendian)),
+                    lambda m: encoding_problem(m.encoding))
     served = [feature for _t, feature, _c, _p in plan.values()]
     twice = sorted({f for f in served if served.count(f) > 1})
     if twice:
-        raise InvalidArgument(f"{twice} fed by more than one topic: give each entry of "
-                              "input_image_topics its own input_image_features name")
-    missing = sorted(set(features) - set(served))
+        problems.append(f"{twice} fed by more than one topic: give each entry of "
+                        "input_image_topics its own input_image_features name")
+    # a feature whose input is set but wrong is reported above, not again as missing
+    named = set(served) | ({STATE} if io.input_joint_state_topic else set())
+    if len(names) != len(io.input_image_topics):
+        named |= set(names)
+    missing = sorted(set(features) - named)
     if missing:
         hints = []
         if STATE in missing:
             hints.append(f"{STATE}: set input_joint_state_topic and input_joint_names (or "
                          "input_state_topic)")
-        if any(m != STATE for m in missing):
+        if ENV_STATE in missing:
+            hints.append(f"{ENV_STATE}: set input_environment_state_topic")
+        if any(features[m].kind == "image" for m in missing):
             hints.append("cameras: add their topics to input_image_topics and name the features "
                          "in input_image_features")
-        raise InvalidArgument(f"the policy observes {sorted(features)} but the inputs serve "
-                              f"{sorted(served)}; missing {missing}: " + "; ".join(hints))
+        problems.append(f"the policy observes {sorted(features)} but the inputs serve "
+                        f"{sorted(served)}; missing {missing}: " + "; ".join(hints))
     extra = sorted(set(served) - set(features))
     if extra:
-        raise InvalidArgument(f"inputs serve {extra}, which the policy does not observe "
-                              f"(it observes {sorted(features)}): clear input_state_topic "
-                              "(set it to '') or remove the topic from input_image_topics")
-    return plan
+        problems.append(f"inputs serve {extra}, which the policy does not observe "
+                        f"(it observes {sorted(features)}): clear input_state_topic "
+                        "(set it to '') or remove the topic from input_image_topics")
+    return plan, problems
+
+
+def _joint_arrays(msg: Any) -> dict[str, Any]:
+    return {"position": msg.position, "velocity": msg.velocity, "effort": msg.effort}
+
+
+def _length_check(spec: FeatureSpec | None, feature: str) -> Callable[[Any], str | None] | None:
+    """A Float32MultiArray's receipt check against the feature's size (None: the policy does not
+    observe ``feature``, reported by the plan as an extra input)."""
+    if spec is None:
+        return None
+    expected = int(spec.shape[0])
+    return lambda m: length_problem(len(m.data), expected, feature)

@@ -16,8 +16,11 @@ Freshness is measured at receipt, never delayed by a step: the subscriptions
 live in their own callback group (a step runs in the control group), and the
 receipt time is the middleware's receive timestamp from the message info where
 rclpy offers it. A message whose encoding cannot be converted is refused at
-receipt: counted (``rejected_messages`` on ``~/status``), logged once per topic
-and reason, and reported as ``inputs_state: error``.
+receipt (so is a JointState lacking a joint of ``input_joint_names``, or an
+array of the wrong length): counted (``rejected_messages`` on ``~/status``),
+logged once per topic and reason, and reported as ``inputs_state: error`` with
+the topic and why, the same text a waiting goal reports and, past its
+``stale_timeout_s``, ends with (``INPUT_REJECTED``; ``robot_io.input_verdict``).
 
 The control loop (``control_trigger: timer``) runs on a thread of its own
 (``robot_io.control_thread``: a deadline clock, SCHED_FIFO where permitted, no
@@ -31,7 +34,9 @@ One tick takes the latest sample of every input together
 2.5 of the input's measured period when longer), the policy is NOT
 stepped (its state does not advance); the tick publishes ``hold_command`` (or
 nothing when it is empty) and the state is reported on ``~/status`` and
-``/diagnostics``; the first fresh tick steps again.
+``/diagnostics``; the first fresh tick steps again. The verdict is kept current
+while the loop does not step too (``run_mode: goal`` with no goal, or paused):
+each tick checks the inputs without converting them.
 
 Language instruction (vision-language-action policies, e.g. SmolVLA): a
 ``std_msgs/String`` on ``~/instruction`` (reliable, transient local, depth 1) is
@@ -48,7 +53,6 @@ No tensor math here: ``flashrt_ros.robot_io`` converts.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any, Callable
@@ -63,11 +67,13 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from flashrt_ros.interface.robot_io_params import RobotIOConfig
+from flashrt_ros.robot_io import input_verdict
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
-from flashrt_ros.robot_io.control_thread import ControlThread
-from flashrt_ros.robot_io.control_timeline import ENV as TIMELINE_ENV, from_environment as timeline_from_environment
 from flashrt_ros.robot_io.freshness import LatestInputs
-from flashrt_ros.ros.policy_inputs import RELIABILITY, input_plan, input_qos, receipt_time
+from flashrt_ros.robot_io.input_verdict import InputVerdict
+from flashrt_ros.ros.control_clock import ControlClock
+from flashrt_ros.ros.policy_inputs import (RELIABILITY, input_plan, input_qos, one_error, problems_of,
+                                          receipt_time)
 from flashrt_ros.runtime.errors import InvalidArgument
 
 #: rclpy passes the message info (with the middleware's receive time) to two-argument callbacks
@@ -94,11 +100,21 @@ class PolicyTopics:
         self._rejections: dict[str, str] = {}      # topic -> why its latest message was refused
         self._convert: dict[str, tuple[str, Callable[[Any], Any]]] = {}   # topic -> (feature, convert)
         self._subs: list[Any] = []
-        # refuses inputs that cannot serve the policy; keyed by the resolved topic names, so that
-        # a stale input is named as a user finds it (/robot1/flashrt/observation, not ~/observation)
-        plan = {node.resolve_topic_name(topic): route
-                for topic, route in input_plan(io, engine.features).items()}
-        self._publish = self._make_publisher()     # ... and outputs that cannot take its action
+        # refuses inputs that cannot serve the policy, and outputs that cannot take its action, all
+        # problems in one error; keyed by the resolved topic names, so that a stale input is named
+        # as a user finds it (/robot1/flashrt/observation, not ~/observation)
+        problems: list[str] = []
+        try:
+            plan = {node.resolve_topic_name(topic): route
+                    for topic, route in input_plan(io, engine.features).items()}
+        except InvalidArgument as exc:
+            problems += problems_of(exc)
+        try:
+            self._publish = self._make_publisher()
+        except InvalidArgument as exc:
+            problems.append(str(exc))
+        if problems:
+            raise one_error(problems)
         self.inputs = LatestInputs(list(plan), io.max_observation_age_s, io.sync_tolerance_s,   # keyed by topic
                                    control_period_s=self.period_s)
         # ~/status on a change of the inputs' state is published by the executor, never by the control thread
@@ -119,21 +135,8 @@ class PolicyTopics:
                 String, "~/instruction", self._on_instruction,
                 QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL), callback_group=group))
-        self.timeline = timeline_from_environment()
-        if self.timeline is not None:
-            self.timeline.install()
-        # timer: the control loop on its own thread (robot_io.control_thread); inputs: the timer only
-        # watches freshness, the inputs step
-        self._control: ControlThread | None = None
-        self._timer: Any = None
-        if io.control_trigger == "timer":
-            self._control = ControlThread(self.period_s, self._control_tick, priority=io.control_thread_priority,
-                                          on_error=self._on_tick_error)
-            self._control.start()
-            node.get_logger().info(f"control loop: its own thread at {1.0 / self.period_s:g} Hz, "
-                                   f"priority {self._control.priority_report}")
-        else:
-            self._timer = node.create_timer(self.period_s, self._on_timer, callback_group=group)
+        # timer: the control loop on its own thread; inputs: the inputs step, a timer watches freshness
+        self._clock = ControlClock(node, self.period_s, io, group, self._tick, self._on_timer)
 
     # --- inputs -----------------------------------------------------------------
     def _receiver(self, topic: str, problem: Callable[[Any], str | None]) -> Callable[..., None]:
@@ -176,27 +179,25 @@ class PolicyTopics:
             throttle_duration_sec=1.0)
 
     # --- the control tick ----------------------------------------------------------
-    def _control_tick(self, due: float) -> None:
-        """One tick of the control thread (``control_trigger: timer``)."""
-        tl = self.timeline
-        if tl is not None:
-            tl.mark(0, due)
-            tl.mark(1)
-        self._tick()
-        if tl is not None:
-            tl.end_tick()
-
-    def _on_tick_error(self, exc: BaseException) -> None:
-        self._node.get_logger().error(f"control tick failed: {type(exc).__name__}: {exc}",
-                                      throttle_duration_sec=5.0)
-
     def _on_timer(self) -> None:
         """Lock-step (``control_trigger: inputs``): inputs trigger steps, the timer watches freshness."""
         with self._lock:
             take = self.inputs.take(time.monotonic(), consume=False, require_new=True)
-            if not take.ok and self.goal is not None and not self.paused:
-                self.goal.waiting(take.reason)
-            self._report_stale(take, hold=False)
+            if take.ok:
+                if self._idle:
+                    self._set_inputs(input_verdict.FRESH)     # idle, inputs ready: say so
+                return
+            verdict = self._not_ready(take)
+            if self.goal is not None and not self.paused:
+                self.goal.waiting(verdict.detail if verdict else take.reason,
+                                  verdict.cause if verdict else "stale")
+            if verdict is not None:
+                self._set_inputs(verdict)
+
+    @property
+    def _idle(self) -> bool:
+        """The loop does not step now: paused, or ``run_mode: goal`` with no goal."""
+        return self.paused or (self.goal is None and self._io.run_mode != "continuous")
 
     def _may_step(self) -> bool:
         if self.paused:
@@ -211,58 +212,72 @@ class PolicyTopics:
             may_step = self._may_step()
             take = self.inputs.take(time.monotonic(), consume=may_step,
                                     require_new=self._io.control_trigger == "inputs")
-            tl = self.timeline
-            if tl is not None:
-                tl.mark(2)
+            mark = self._clock.mark
+            mark(2)
             if not take.ok:
+                verdict = self._not_ready(take)
                 if may_step and self.goal is not None:
-                    self.goal.waiting(take.reason)
-                self._report_stale(take, hold=may_step)
+                    self.goal.waiting(verdict.detail if verdict else take.reason,
+                                      verdict.cause if verdict else "stale")
+                if verdict is not None:            # None: waiting for new samples, not a fault
+                    self._set_inputs(verdict)
+                    if may_step and self._io.hold_command:
+                        self._publish_hold()
                 return
-            if not may_step:
+            if not may_step:                       # idle or paused: the inputs are fresh all the same
+                self._set_inputs(input_verdict.FRESH)
+                return
+            observation, refused = self._observation(take.values)
+            mark(3)
+            if refused:
+                self._set_inputs(input_verdict.rejected(refused))
+                if self.goal is not None:
+                    self.goal.waiting(self.inputs_detail, "rejected")
                 return
             try:
-                observation = {feature: convert(take.values[topic])
-                               for topic, (feature, convert) in self._convert.items()}
-                if tl is not None:
-                    tl.mark(3)
                 action = self.engine.step(observation)
-                if tl is not None:
-                    tl.mark(4)
+                mark(4)
                 self._publish(action)
-                if tl is not None:
-                    tl.mark(5)
-            except Exception as exc:  # noqa: BLE001 - bad input must not stop the loop
-                self._set_inputs("error", f"policy step failed: {exc}")   # logged once per reason
+                mark(5)
+            except Exception as exc:  # noqa: BLE001 - a failing step must not stop the loop
+                self._set_inputs(input_verdict.step_failed(exc))   # logged once per reason
                 if self.goal is not None:
-                    self.goal.waiting(self.inputs_detail)
+                    self.goal.waiting(self.inputs_detail, "step_failed")
                 return
             self.steps += 1
-            self._set_inputs("fresh", "")
+            self._set_inputs(input_verdict.FRESH, stepping=True)
             if self.goal is not None:
                 self.goal.stepped(action)
 
-    def _report_stale(self, take: Any, hold: bool) -> None:
-        """A tick that may not step: report stale inputs and, if asked, publish the hold command."""
-        if not take.stale:             # waiting for new samples / out of sync: not a fault
-            return
-        refused = [f"{name}: {self._rejections[name]}" for name in take.stale if name in self._rejections]
-        if refused:
-            self._set_inputs("error", "messages refused: " + "; ".join(refused))
-        else:
-            self._set_inputs("stale", take.reason)
-        if hold and self._io.hold_command:
-            self._publish_hold()
+    def _observation(self, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        """The policy's observation from the taken messages, and ``{topic: why}`` for messages that
+        passed the receipt check but cannot be converted (e.g. an image's data shorter than its size)."""
+        observation: dict[str, Any] = {}
+        refused: dict[str, str] = {}
+        for topic, (feature, convert) in self._convert.items():
+            try:
+                observation[feature] = convert(values[topic])
+            except InvalidArgument as exc:
+                self._reject(topic, str(exc))
+                refused[topic] = str(exc)
+        return observation, refused
 
-    def _set_inputs(self, state: str, detail: str) -> None:
-        """Record the inputs' state; log and publish ~/status only when it changes (an error
+    def _not_ready(self, take: Any) -> InputVerdict | None:
+        """The verdict on a take that may not step; None while it only waits for new samples."""
+        if not take.stale:
+            return None
+        return input_verdict.not_ready(take.stale, take.reason, dict(self._rejections))
+
+    def _set_inputs(self, verdict: InputVerdict, stepping: bool = False) -> None:
+        """Record the inputs' verdict; log and publish ~/status only when it changes (an error
         also when its reason changes), never once per tick."""
+        state, detail = verdict.state, verdict.detail
         changed = state != self.inputs_state or (state == "error" and detail != self.inputs_detail)
         self.inputs_state, self.inputs_detail = state, detail
         if changed:
             log = self._node.get_logger()
             if state == "fresh":
-                log.info("policy inputs fresh: stepping")
+                log.info("policy inputs fresh" + (": stepping" if stepping else ""))
             elif state == "error":
                 log.error(f"policy inputs error: {detail}")
             else:
@@ -363,26 +378,14 @@ class PolicyTopics:
                "max_observation_age_s": round(max(limits.values()), 4),
                "input_age_limits_s": {topic: round(v, 4) for topic, v in limits.items()},
                "input_periods_s": {topic: round(v, 4) for topic, v in self.inputs.periods().items()}}
-        if self._control is not None:
-            out.update(control_priority=self._control.priority_report, control_overruns=self._control.overruns,
-                       control_gc_max_ms=round(self._control.gc_max_ms, 2))
-        return out
+        return {**out, **self._clock.status()}
 
     def destroy(self) -> None:
-        if self._control is not None and not self._control.stop():
-            self._node.get_logger().error("the control thread did not stop within 5 s")
+        self._clock.stop(self.engine)
         with self._lock:
             if self.goal is not None:
                 self.goal.finish("deactivated")
-        if self._timer is not None:
-            self._node.destroy_timer(self._timer)
         self._node.destroy_guard_condition(self._status_changed)
-        if self.timeline is not None:
-            self.timeline.uninstall()
-            planner = getattr(getattr(self.engine, "schedule", None), "planner", None)
-            for start, end in getattr(planner, "spans", ()):
-                self.timeline.plan(start, end)
-            self.timeline.dump(os.environ[TIMELINE_ENV])
         for sub in self._subs:
             self._node.destroy_subscription(sub)
         self._node.destroy_publisher(self._pub)

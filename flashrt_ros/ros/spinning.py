@@ -2,12 +2,14 @@
 
 ``spin_until_shutdown`` is the flashrt node's executor loop (it outlives any exception a callback
 lets escape); ``serve_until_interrupted`` serves one small node (the simulator, test servers)
-until Ctrl-C or an rclpy shutdown. A client spins its node with
-``flashrt_ros.client.background_executor.BackgroundExecutor`` instead.
+until Ctrl-C or an rclpy shutdown. Both end with ``finish_dispatched``: the handlers already in
+the executor's pool finish before the executor goes. A client spins its node with
+``flashrt_ros.client.background_executor.BackgroundExecutor`` instead (which waits alike).
 """
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 import rclpy
@@ -31,6 +33,7 @@ def serve_until_interrupted(node: Node, *, num_threads: int,
     finally:
         if on_exit is not None:
             on_exit()
+        finish_dispatched(executor, 5.0)
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
@@ -53,3 +56,25 @@ def spin_until_shutdown(executor: MultiThreadedExecutor, logger: Any,
             return
         except Exception as exc:  # noqa: BLE001 - the node must keep serving
             logger.error(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}; the node keeps serving")
+
+
+def finish_dispatched(executor: Any, timeout_s: float, log: Callable[[str], None] | None = None) -> bool:
+    """Wait (up to ``timeout_s``) for the handlers ``executor`` already dispatched to its thread pool;
+    call only once nothing spins it any more. True when all finished.
+
+    Why: rclpy 9's ``shutdown`` destroys the guard condition each handler triggers when it has taken
+    its message, without waiting for the handlers still queued; such a handler then fails with
+    ``InvalidHandle`` and, as nobody asks for its result any more, Python prints "The following
+    exception was never retrieved: cannot use Destroyable because destruction was requested" (every
+    node shutdown did: its control timer's handler was in the pool). A finished handler's exception is
+    fetched here (and passed to ``log``), so none is left unretrieved either."""
+    dispatched = list(getattr(executor, "_futures", ()))      # the MultiThreadedExecutor's handlers
+    deadline = time.monotonic() + timeout_s
+    while not all(f.done() for f in dispatched) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    for future in dispatched:
+        if future.done():
+            exc = future.exception()                           # marks it retrieved
+            if exc is not None and log is not None:
+                log(f"a callback raised {type(exc).__name__}: {str(exc)[:500]}")
+    return all(f.done() for f in dispatched)

@@ -10,7 +10,7 @@ from flashrt_ros.interface.errors import ErrorCode
 
 __all__ = ["ErrorCode", "FlashRTError", "CapsuleNotFound", "InvalidName", "AlreadyExists", "FingerprintMismatch",
            "LayoutMismatch", "CorruptCapsule", "BudgetExhausted", "NotActive", "Busy", "InvalidArgument",
-           "CapsuleIOError", "ContextOverflow", "PinnedCapsule", "LeaseExpired", "StaleInputs"]
+           "CapsuleIOError", "ContextOverflow", "PinnedCapsule", "LeaseExpired", "StaleInputs", "InputRejected"]
 
 
 class FlashRTError(Exception):
@@ -82,3 +82,7 @@ class LeaseExpired(FlashRTError):
 
 class StaleInputs(FlashRTError):
     code = ErrorCode.STALE_INPUTS
+
+
+class InputRejected(FlashRTError):
+    code = ErrorCode.INPUT_REJECTED

@@ -66,8 +66,8 @@ def run_reference(cases: list[Case], spec_dir: Path, timeout_s: float = 1800.0) 
 
 def reference_record(case: Case) -> dict[str, torch.Tensor]:
     """LeRobot's ``actions`` (steps x action), and the ``tokens`` / ``token_lengths`` its preprocessor
-    gave each replanning step; for a case with ``rtc`` also ``rtc_queue`` and ``rtc_chunks``
-    (``reference.guided_chunks``)."""
+    gave each replanning step; for a case with ``rtc`` also ``rtc_chunks``, ``rtc_remaining`` and
+    ``rtc_remaining_len`` (``reference.rtc_run``)."""
     from safetensors.torch import load_file
     return load_file(str(Path(case.directory) / "reference_actions.safetensors"))
 

@@ -16,10 +16,11 @@ first on its path; for every case of the spec this module
    observations, with the noise of plan ``p`` replaced by the draw our
    counter-based stream makes for plan ``p`` (``sample_noise`` patched: LeRobot's
    ``select_action`` takes no noise), and saves the actions;
-3. for a case with ``rtc``: plans its first observation again with
-   ``predict_action_chunk`` and Real-Time Chunking enabled (``RTCConfig``), from
-   plan 0's noise and a seeded leftover queue, once per (delay, left) pair, and
-   saves the guided chunks beside the actions.
+3. for a case with ``rtc``: runs LeRobot's own Real-Time Chunking bookkeeping over
+   the same observations (``rtc_reference.lerobot_rtc_run``: its RTC ``ActionQueue``,
+   ``predict_action_chunk`` with ``RTCConfig`` enabled, a fixed inference delay),
+   plan ``p`` with our stream's noise for plan ``p``, and saves every guided chunk
+   and the queue after every step beside the actions.
 """
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ class Case:
     task: str = "pick up the red cube"
     seed: int = 0
     device: str = "cpu"                    # where LeRobot runs the episode (it is built on the CPU)
-    #: also the guided chunks (``guided_chunks``): {"horizon", "schedule" (RTCAttentionSchedule, lower case),
-    #: "max_weight", "pairs": [[inference delay, leftover length], ...]}
+    #: also LeRobot's RTC run (``rtc_run``): {"horizon", "schedule" (RTCAttentionSchedule, lower case),
+    #: "max_weight", "delay" (the inference delay, control steps)}
     rtc: dict | None = None
 
     def features(self) -> dict:
@@ -220,34 +221,38 @@ def run_episode(policy, config, case: Case) -> tuple[dict[str, torch.Tensor], li
             "token_lengths": torch.tensor(lengths)}, replan_s
 
 
-def guided_chunks(policy, config, case: Case) -> dict[str, torch.Tensor]:
-    """LeRobot's ``predict_action_chunk`` with RTC enabled on the case's first observation, one chunk per
-    ``case.rtc`` pair, each from plan 0's noise and the last ``left`` actions of a seeded queue of
-    ``n_action_steps`` (normalised, as a queue holds them): ``rtc_queue`` and ``rtc_chunks`` (pairs x
-    chunk_size x action, normalised). The policy's RTC is switched off again afterwards."""
+def rtc_run(policy, config, case: Case) -> dict[str, torch.Tensor]:
+    """LeRobot's own RTC bookkeeping (``rtc_reference.lerobot_rtc_run``) over the case's observations with
+    ``case.rtc``: every guided chunk (``rtc_chunks``: plans x chunk_size x action) and the queue after each
+    step (``rtc_remaining``, zero-padded, with ``rtc_remaining_len``), normalised. The policy's RTC is
+    switched off again afterwards."""
     from lerobot.configs.types import RTCAttentionSchedule
     from lerobot.policies.rtc.configuration_rtc import RTCConfig
     from lerobot_reference import case_features, observations, processors
+    from rtc_reference import lerobot_rtc_run, padded
 
     rtc, device = case.rtc, torch.device(case.device)
     pre, _ = processors(config, Path(case.directory))
-    obs = observations(case_features(case.features()), case.steps, seed=case.obs_seed)[0]
-    queue = torch.randn(config.n_action_steps, case.action, generator=torch.Generator().manual_seed(case.seed + 2))
+    obs = observations(case_features(case.features()), case.steps, seed=case.obs_seed)
     config.rtc_config = RTCConfig(enabled=True, execution_horizon=rtc["horizon"], max_guidance_weight=rtc["max_weight"],
                                   prefix_attention_schedule=RTCAttentionSchedule(rtc["schedule"].upper()))
     policy.init_rtc_processor()
-    chunks = []
-    with torch.no_grad():
-        for delay, left in rtc["pairs"]:
-            batch = pre({**{k: v.clone() for k, v in obs.items()}, "task": case.task})
-            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            chunk = policy.predict_action_chunk(batch, noise=plan_noise(case.noise_seed, 0, config).to(device),
-                                                inference_delay=delay, execution_horizon=rtc["horizon"],
-                                                prev_chunk_left_over=queue[-left:].unsqueeze(0).to(device))
-            chunks.append(chunk[0].cpu())
+
+    def predict(k: int, plan: int, **guidance) -> torch.Tensor:
+        batch = pre({**{n: v.clone() for n, v in obs[k].items()}, "task": case.task})
+        batch = {n: v.to(device) if isinstance(v, torch.Tensor) else v for n, v in batch.items()}
+        if "prev_chunk_left_over" in guidance:
+            guidance["prev_chunk_left_over"] = guidance["prev_chunk_left_over"].to(device)
+        with torch.no_grad():
+            chunk = policy.predict_action_chunk(batch, noise=plan_noise(case.noise_seed, plan, config).to(device),
+                                                **guidance)
+        return chunk[0].cpu()
+
+    chunks, remaining = lerobot_rtc_run(predict, case.steps, rtc["delay"], config.rtc_config)
     config.rtc_config = None
     policy.init_rtc_processor()
-    return {"rtc_queue": queue, "rtc_chunks": torch.stack(chunks)}
+    queues, lengths = padded(remaining, config.chunk_size)
+    return {"rtc_chunks": torch.stack(chunks), "rtc_remaining": queues, "rtc_remaining_len": lengths}
 
 
 def main(spec_path: str) -> None:
@@ -264,7 +269,7 @@ def main(spec_path: str) -> None:
             continue
         record, replan_s = run_episode(policy, config, case)
         if case.rtc:
-            record.update(guided_chunks(policy, config, case))
+            record.update(rtc_run(policy, config, case))
         save_file({k: v.contiguous() for k, v in record.items()},
                   str(Path(case.directory) / "reference_actions.safetensors"))
         (Path(case.directory) / "reference_run.json").write_text(json.dumps(

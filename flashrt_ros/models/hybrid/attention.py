@@ -1,6 +1,7 @@
 """Gated full attention of the hybrid decoder (GQA, q/k RMSNorm, partial RoPE, sigmoid gate).
 
-The KV cache is this layer's slice of the shared static ``kv_cache`` buffer.
+The KV cache is this layer's slice of the shared static ``kv_cache`` buffer
+(the MTP head's layer: of its own ``mtp.kv_cache``).
 ``ops.rope_write_and_attend`` does the norms, RoPE, the cache write at
 ``positions`` and causal attention (see there for the CPU, CUDA and triton
 paths), so shapes never depend on the position and the step stays capturable. q, gate, k and v come
@@ -12,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from flashrt_ros.models.base import kv_views
+from flashrt_ros.models.base import KV_CACHE, kv_views
 from flashrt_ros.models.hybrid.config import HybridConfig
 from flashrt_ros.models.hybrid.norms import OffsetRMSNorm
 from flashrt_ros.ops.gating import sigmoid_mul
@@ -22,7 +23,7 @@ from flashrt_ros.runtime.arena import StateArena
 
 
 class GatedAttention(nn.Module):
-    def __init__(self, cfg: HybridConfig, kv_index: int) -> None:
+    def __init__(self, cfg: HybridConfig, kv_index: int, kv_buffer: str = KV_CACHE) -> None:
         super().__init__()
         self.rotary_dim, self.eps = cfg.rotary_dim, cfg.rms_norm_eps
         self.n_heads, self.n_kv_heads, self.head_dim = (
@@ -34,6 +35,7 @@ class GatedAttention(nn.Module):
         self.q_norm = OffsetRMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = OffsetRMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.kv_index = kv_index          # this layer's slot in the shared KV cache
+        self.kv_buffer = kv_buffer        # that cache's arena buffer (the MTP head has its own)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
                 arena: StateArena) -> torch.Tensor:
@@ -41,6 +43,6 @@ class GatedAttention(nn.Module):
         q, gate, k, v = self.wqkv(x).split([self.q_size, self.q_size, self.kv_size, self.kv_size], dim=-1)
         out = rope_write_and_attend(
             q.view(t, self.n_heads, self.head_dim), k.view(t, self.n_kv_heads, self.head_dim),
-            v.view(t, self.n_kv_heads, self.head_dim), *kv_views(arena, self.kv_index), positions,
+            v.view(t, self.n_kv_heads, self.head_dim), *kv_views(arena, self.kv_index, self.kv_buffer), positions,
             inv_freq, self.rotary_dim, q_norm=self.q_norm.weight, k_norm=self.k_norm.weight, eps=self.eps)
         return self.o_proj(sigmoid_mul(out, gate))

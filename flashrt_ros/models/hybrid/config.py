@@ -34,10 +34,11 @@ class HybridConfig:
     tie_word_embeddings: bool = False
     max_position_embeddings: int = 32768
     # Mixture of experts (Qwen3-Next's sparse MLP); num_experts = 0 means dense everywhere.
+    # The MoE defaults are transformers' Qwen3NextConfig defaults (they matter only when num_experts > 0).
     num_experts: int = 0
-    num_experts_per_tok: int = 1
-    moe_intermediate_size: int = 0
-    shared_expert_intermediate_size: int = 0
+    num_experts_per_tok: int = 10
+    moe_intermediate_size: int = 512
+    shared_expert_intermediate_size: int = 512
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
     norm_topk_prob: bool = True
@@ -61,6 +62,9 @@ class HybridConfig:
             raise ValueError(f"only silu is supported, not {self.hidden_act}")
         if self.rotary_dim % 2:
             raise ValueError("head_dim * partial_rotary_factor must be even")
+        if self.num_experts and not 1 <= self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(f"num_experts_per_tok must be in 1..num_experts ({self.num_experts}), "
+                             f"got {self.num_experts_per_tok}")
 
     # --- derived sizes ------------------------------------------------------
     @property
@@ -123,9 +127,10 @@ class HybridConfig:
             tie_word_embeddings=d.get("tie_word_embeddings", False),
             max_position_embeddings=d.get("max_position_embeddings", 32768),
             num_experts=d.get("num_experts", 0) or 0,
-            num_experts_per_tok=d.get("num_experts_per_tok", 1),
-            moe_intermediate_size=d.get("moe_intermediate_size", 0),
-            shared_expert_intermediate_size=d.get("shared_expert_intermediate_size", 0),
+            num_experts_per_tok=d.get("num_experts_per_tok", cls.num_experts_per_tok),
+            moe_intermediate_size=d.get("moe_intermediate_size", cls.moe_intermediate_size),
+            shared_expert_intermediate_size=d.get("shared_expert_intermediate_size",
+                                                  cls.shared_expert_intermediate_size),
             decoder_sparse_step=d.get("decoder_sparse_step", 1),
             mlp_only_layers=tuple(d.get("mlp_only_layers") or ()),
             norm_topk_prob=d.get("norm_topk_prob", True),

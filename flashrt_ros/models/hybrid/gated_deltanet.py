@@ -17,9 +17,10 @@ from torch import nn
 
 from flashrt_ros.models.hybrid.config import HybridConfig
 from flashrt_ros.models.hybrid.norms import GatedRMSNorm
+from flashrt_ros.models.hybrid.verification import VerifyScratch
 from flashrt_ros.ops import causal_conv1d_with_state, chunk_gated_delta_rule
 from flashrt_ros.ops.causal_conv import causal_conv1d_sections
-from flashrt_ros.ops.gated_delta import gated_delta_decode, gdn_gates
+from flashrt_ros.ops.gated_delta import gated_delta_decode, gated_delta_verify, gdn_gates
 from flashrt_ros.ops.linear import Linear
 from flashrt_ros.runtime.arena import StateArena
 
@@ -42,11 +43,15 @@ class GatedDeltaNet(nn.Module):
         self.recurrent_name = f"layers.{layer}.gdn.recurrent"
         self.conv_name = f"layers.{layer}.gdn.conv"
 
-    def forward(self, x: torch.Tensor, arena: StateArena) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, arena: StateArena, scratch: VerifyScratch | None = None) -> torch.Tensor:
+        """``scratch``: a speculative verification; every token's state goes there, the arena's
+        recurrent state is left as it was (``VerifyScratch.keep_prefix`` picks one afterwards)."""
         t = x.shape[0]
         mixed, z, b, a = self.in_proj(x).split(
             [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads], dim=-1)
         state = arena[self.recurrent_name]
+        if scratch is not None:
+            return self._verify(mixed, z, b, a, state, arena[self.conv_name], scratch)
         if t == 1:
             mixed = causal_conv1d_with_state(mixed, arena[self.conv_name], self.conv_weight)
             out = gated_delta_decode(mixed[0], z[0], b[0], a[0], self.A_log, self.dt_bias, state,
@@ -62,4 +67,17 @@ class GatedDeltaNet(nn.Module):
         out, new_state = chunk_gated_delta_rule(q, k, v, g, beta, state, self.chunk_size)
         state.copy_(new_state)
         out = self.norm(out.to(x.dtype), z.reshape(t, self.num_v_heads, self.head_v_dim))
+        return self.out_proj(out.reshape(t, self.value_dim))
+
+    def _verify(self, mixed: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
+                state: torch.Tensor, conv_state: torch.Tensor, scratch: VerifyScratch) -> torch.Tensor:
+        t = mixed.shape[0]
+        window = scratch.conv[self.conv_name]
+        width = conv_state.shape[-1]
+        window[:, :width].copy_(conv_state)                   # the window before the tokens ...
+        window[:, width:width + t].copy_(mixed.transpose(0, 1))   # ... and their conv inputs
+        mixed = causal_conv1d_with_state(mixed, conv_state, self.conv_weight)
+        out = gated_delta_verify(mixed, z, b, a, self.A_log, self.dt_bias, state,
+                                 scratch.recurrent[self.recurrent_name], self.norm.weight, self.norm.eps,
+                                 self.num_k_heads, self.head_k_dim, self.head_v_dim)
         return self.out_proj(out.reshape(t, self.value_dim))

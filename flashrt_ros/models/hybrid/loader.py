@@ -4,8 +4,9 @@ The fused matrices of our layers are assembled here, once: transformers groups
 the linear layer's q/k/v/z and b/a rows per key head and interleaves query and
 gate rows per attention head; we reorder them into contiguous blocks so the
 forward only splits. Tensors are read lazily, one at a time, with safetensors
-(never pickle), and every checkpoint tensor must be consumed (``mtp.*``, the
-multi-token-prediction head, excepted) so a mismatched layout fails loudly.
+(never pickle), and every checkpoint tensor must be consumed so a mismatched
+layout fails loudly. The multi-token-prediction head (``mtp.*``) is loaded into
+``model.mtp`` when the model has one (``mtp=True``), else left unread.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch
 from safetensors import safe_open
 
 from flashrt_ros.models.hybrid.attention import GatedAttention
+from flashrt_ros.models.hybrid.block import HybridBlock
 from flashrt_ros.models.hybrid.config import HybridConfig
 from flashrt_ros.models.hybrid.gated_deltanet import GatedDeltaNet
 from flashrt_ros.models.hybrid.mlp import SparseMoE, SwiGLU
@@ -27,19 +29,26 @@ _IGNORED_PREFIXES = ("mtp.",)
 
 
 def load_hybrid_checkpoint(path: Path, dtype: torch.dtype = torch.float32,
-                           device: torch.device | str = "cpu", **config_overrides) -> HybridCausalLM:
-    """Build a :class:`HybridCausalLM` from a checkpoint directory written by ``save_pretrained``."""
+                           device: torch.device | str = "cpu", *, mtp: bool = False,
+                           **config_overrides) -> HybridCausalLM:
+    """Build a :class:`HybridCausalLM` from a checkpoint directory written by ``save_pretrained``.
+
+    ``mtp``: also load the multi-token-prediction head (``mtp.*``; InvalidArgument
+    if the checkpoint has none).
+    """
     path = Path(path)
     config_file = path / "config.json"
     files = sorted(path.glob("*.safetensors"))
     if not config_file.is_file() or not files:
         raise InvalidArgument(f"{path} needs config.json and *.safetensors")
     cfg = HybridConfig.from_hf_dict(json.loads(config_file.read_text()), **config_overrides)
-    with torch.device(device):
-        model = HybridCausalLM(cfg)
-    model.to(dtype)
     handles = [safe_open(str(f), framework="pt", device="cpu") for f in files]
     index = {key: h for h in handles for key in h.keys()}
+    if mtp:
+        check_mtp_layers(index)
+    with torch.device(device):
+        model = HybridCausalLM(cfg, mtp=mtp)
+    model.to(dtype)
     load_hf_state_dict(model, _LazyTensors(index))
     return model.eval()
 
@@ -85,25 +94,47 @@ def load_hf_state_dict(model: HybridCausalLM, sd: Mapping[str, torch.Tensor]) ->
     elif "lm_head.weight" in names:
         used.add("lm_head.weight")  # a tied copy saved anyway: same tensor
     for i, block in enumerate(model.layers):
-        p = f"layers.{i}."
-        put(block.input_layernorm.weight, take(p + "input_layernorm.weight"), p + "input_layernorm")
-        put(block.post_attention_layernorm.weight, take(p + "post_attention_layernorm.weight"),
-            p + "post_attention_layernorm")
-        if isinstance(block.mixer, GatedAttention):
-            _load_attention(block.mixer, lambda n: take(p + "self_attn." + n), put, cfg)
-        else:
-            _load_gated_deltanet(block.mixer, lambda n: take(p + "linear_attn." + n), put, cfg)
-        if isinstance(block.mlp, SparseMoE):
-            _load_moe(block.mlp, p + "mlp.", names, take, put, cfg)
-        else:
-            _load_swiglu(block.mlp, lambda n: take(p + "mlp." + n), put)
-    left = [n for n in names if n not in used and not n.startswith(_IGNORED_PREFIXES)]
+        _load_block(block, f"layers.{i}.", names, take, put, cfg)
+    if model.mtp is not None:
+        if "mtp.fc.weight" not in names:
+            raise InvalidArgument("checkpoint has no multi-token-prediction head (no mtp.* weights): "
+                                  "load it without mtp (speculative decoding with the MTP drafter needs them)")
+        mtp = model.mtp
+        for part in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "fc", "norm"):
+            put(getattr(mtp, part).weight, take(f"mtp.{part}.weight"), f"mtp.{part}.weight")
+        for i, block in enumerate(mtp.layers):
+            _load_block(block, f"mtp.layers.{i}.", names, take, put, cfg)
+    ignored = () if model.mtp is not None else _IGNORED_PREFIXES
+    left = [n for n in names if n not in used and not n.startswith(ignored)]
     if left:
         raise InvalidArgument(f"checkpoint has weights the model does not use: {sorted(left)[:8]}")
 
 
+def check_mtp_layers(names: Mapping[str, object]) -> None:
+    """Refuse an MTP head of more than one layer (Qwen3-Next ships one; more are not supported)."""
+    deeper = sorted(n for n in names if n.startswith("mtp.layers.") and not n.startswith("mtp.layers.0."))
+    if deeper:
+        raise InvalidArgument(f"MTP heads of more than one layer are not supported (found {deeper[0]})")
+
+
 Take = Callable[[str], torch.Tensor]
 Put = Callable[[torch.Tensor, torch.Tensor, str], None]
+
+
+def _load_block(block: HybridBlock, p: str, names: Mapping[str, str], take: Take, put: Put,
+                cfg: HybridConfig) -> None:
+    """One decoder block under prefix ``p`` (``layers.{i}.`` or the MTP head's ``mtp.layers.0.``)."""
+    put(block.input_layernorm.weight, take(p + "input_layernorm.weight"), p + "input_layernorm")
+    put(block.post_attention_layernorm.weight, take(p + "post_attention_layernorm.weight"),
+        p + "post_attention_layernorm")
+    if isinstance(block.mixer, GatedAttention):
+        _load_attention(block.mixer, lambda n: take(p + "self_attn." + n), put, cfg)
+    else:
+        _load_gated_deltanet(block.mixer, lambda n: take(p + "linear_attn." + n), put, cfg)
+    if isinstance(block.mlp, SparseMoE):
+        _load_moe(block.mlp, p + "mlp.", names, take, put, cfg)
+    else:
+        _load_swiglu(block.mlp, lambda n: take(p + "mlp." + n), put)
 
 
 def _load_gated_deltanet(m: GatedDeltaNet, take: Take, put: Put, cfg: HybridConfig) -> None:

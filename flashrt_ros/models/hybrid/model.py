@@ -4,6 +4,10 @@ Layers follow ``config.layer_types``: Gated DeltaNet (state: recurrent matrix +
 conv window) or gated full attention (state: static KV rows). The model never
 keeps state in attributes and never reads ``meta.position``: the engine passes
 ``positions`` and advances the position itself.
+
+For speculative decoding it also offers the pieces an engine composes
+(``hidden_states``, ``logits``, ``verify_scratch``) and, when built with
+``mtp=True``, Qwen3-Next's multi-token-prediction head as ``mtp``.
 """
 from __future__ import annotations
 
@@ -13,43 +17,13 @@ import torch
 from torch import nn
 
 from flashrt_ros.models.base import CausalLM, kv_cache_spec
-from flashrt_ros.models.hybrid.attention import GatedAttention
-from flashrt_ros.models.hybrid.config import FULL, HybridConfig
-from flashrt_ros.models.hybrid.gated_deltanet import GatedDeltaNet
-from flashrt_ros.models.hybrid.mlp import make_mlp
+from flashrt_ros.models.hybrid.block import HybridBlock
+from flashrt_ros.models.hybrid.config import HybridConfig
+from flashrt_ros.models.hybrid.mtp import MultiTokenPredictor
 from flashrt_ros.models.hybrid.norms import OffsetRMSNorm
+from flashrt_ros.models.hybrid.verification import VerifyScratch
 from flashrt_ros.ops import rope_inv_freq
-from flashrt_ros.ops.norms import add_rms_norm
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
-
-
-class HybridBlock(nn.Module):
-    """Pre-norm residual block: token mixer, then MLP.
-
-    The residual stream travels as ``(x, delta)``: each block first adds the
-    previous block's output to ``x`` and normalises in one step
-    (``ops.add_rms_norm``), the same arithmetic as ``x = x + delta; norm(x)``.
-    """
-
-    def __init__(self, cfg: HybridConfig, layer: int) -> None:
-        super().__init__()
-        self.is_attention = cfg.layer_types[layer] == FULL
-        self.input_layernorm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        kv_index = sum(t == FULL for t in cfg.layer_types[:layer])     # slot in the shared KV cache
-        self.mixer: GatedAttention | GatedDeltaNet = (
-            GatedAttention(cfg, kv_index) if self.is_attention else GatedDeltaNet(cfg, layer))
-        self.post_attention_layernorm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = make_mlp(cfg, layer)
-
-    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, positions: torch.Tensor,
-                inv_freq: torch.Tensor, arena: StateArena) -> tuple[torch.Tensor, torch.Tensor]:
-        x, h = self.input_layernorm.add_and_norm(x, delta)
-        if self.is_attention:
-            h = self.mixer(h, positions, inv_freq, arena)
-        else:
-            h = self.mixer(h, arena)
-        x, h = self.post_attention_layernorm.add_and_norm(x, h)
-        return x, self.mlp(h)
 
 
 class HybridCausalLM(CausalLM):
@@ -62,11 +36,13 @@ class HybridCausalLM(CausalLM):
 
     recurrent_dtype = torch.float32
 
-    def __init__(self, cfg: HybridConfig) -> None:
+    def __init__(self, cfg: HybridConfig, *, mtp: bool = False) -> None:
+        """``mtp``: also build the multi-token-prediction head (``self.mtp``, weights ``mtp.*``)."""
         super().__init__()
         self.build_decoder(cfg, cfg.vocab_size, cfg.hidden_size,
                            (HybridBlock(cfg, i) for i in range(cfg.num_hidden_layers)),
                            OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps), tie_embeddings=cfg.tie_word_embeddings)
+        self.mtp = MultiTokenPredictor(cfg) if mtp else None
         self.register_buffer("inv_freq", rope_inv_freq(cfg.rotary_dim, cfg.rope_theta), persistent=False)
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[override]
@@ -77,7 +53,10 @@ class HybridCausalLM(CausalLM):
         return self
 
     def config_dict(self) -> dict[str, Any]:
-        return self.config.to_dict()
+        d = self.config.to_dict()
+        if self.mtp is not None:
+            d["mtp_layers"] = len(self.mtp.layers)
+        return d
 
     def state_specs(self, max_context: int) -> list[BufferSpec]:
         cfg, dtype = self.config, self.state_dtype
@@ -98,9 +77,48 @@ class HybridCausalLM(CausalLM):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, arena: StateArena, *,
                 last_only: bool = False) -> torch.Tensor:
-        x, delta = self.embed_tokens(input_ids), None
-        for layer in self.layers:
-            x, delta = layer(x, delta, positions, self.inv_freq, arena)
+        x, delta = self._residual_stream(input_ids, positions, arena)
         if last_only:
             x, delta = x[-1:], delta[-1:]
-        return self.lm_head(self.norm.add_and_norm(x, delta)[1]).float()
+        return self.logits(self.norm.add_and_norm(x, delta)[1])
+
+    # ------------------------------------------------------------ speculative decoding
+    def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, arena: StateArena, *,
+                      scratch: VerifyScratch | None = None) -> torch.Tensor:
+        """Like ``forward``, but the final normed hidden states ``[T, H]`` of every token.
+
+        ``scratch`` (from ``verify_scratch``): a speculative verification, whose
+        Gated DeltaNet layers keep each token's state there and leave the arena's
+        (``scratch.keep_prefix`` then picks the accepted one).
+        """
+        x, delta = self._residual_stream(input_ids, positions, arena, scratch)
+        return self.norm.add_and_norm(x, delta)[1]
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits ``[T, vocab]`` of normed hidden states (the main model's or the MTP head's)."""
+        return self.lm_head(hidden).float()
+
+    def verify_scratch(self, tokens: int) -> VerifyScratch:
+        """Scratch for verifications of up to ``tokens`` tokens (not state: see ``models.hybrid.verification``)."""
+        linear = [i for i, block in enumerate(self.layers) if not block.is_attention]
+        return VerifyScratch(self.config, linear, tokens, self.state_dtype, self.embed_tokens.weight.device)
+
+    def mtp_state_specs(self, rows: int) -> list[BufferSpec]:
+        """The MTP head's arena buffers (its KV cache with ``rows`` rows); needs ``mtp=True``."""
+        if self.mtp is None:
+            raise ValueError("this model was built without its MTP head")
+        return self.mtp.state_specs(rows, self.state_dtype)
+
+    def mtp_hidden(self, hidden: torch.Tensor, next_tokens: torch.Tensor, positions: torch.Tensor,
+                   arena: StateArena) -> torch.Tensor:
+        """The MTP head on rows ``(hidden at p, token p+1)`` at ``positions``: normed ``[T, H]``
+        (``logits`` of it predict token p+2)."""
+        assert self.mtp is not None, "this model was built without its MTP head"
+        return self.mtp(hidden, self.embed_tokens(next_tokens), positions, self.inv_freq, arena)
+
+    def _residual_stream(self, input_ids: torch.Tensor, positions: torch.Tensor, arena: StateArena,
+                         scratch: VerifyScratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        x, delta = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            x, delta = layer(x, delta, positions, self.inv_freq, arena, scratch)
+        return x, delta

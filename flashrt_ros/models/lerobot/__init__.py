@@ -29,7 +29,8 @@ def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32, nu
     """The policy stored in a LeRobot checkpoint directory, weights loaded strictly.
 
     ``dtype``: float32, or bfloat16 / float16 for the networks' weights (see ``cast_networks``).
-    ``numerics``: ``exact`` or ``fast`` for the policies that have both (π0 / π0.5: ``use_numerics``);
+    ``numerics``: ``exact`` or ``fast`` for the policies that have both (SmolVLA, π0 / π0.5:
+    ``use_numerics``);
     the others have one arithmetic and accept either.
     """
     if dtype not in (torch.float32, *LOW_PRECISION):

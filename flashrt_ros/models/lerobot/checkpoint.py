@@ -138,9 +138,14 @@ class PolicyIO:
 
     @classmethod
     def from_checkpoint(cls, ckpt: LeRobotCheckpoint, policy: str) -> PolicyIO:
-        inputs = ckpt.input_features
-        if ACTION not in ckpt.output_features:
-            raise InvalidArgument(f"{ckpt.path}/config.json: output_features has no 'action'")
+        return cls.from_features(ckpt.input_features, ckpt.output_features, ckpt.path, policy)
+
+    @classmethod
+    def from_features(cls, inputs: dict[str, tuple[str, tuple[int, ...]]],
+                      outputs: dict[str, tuple[str, tuple[int, ...]]], path: Path, policy: str) -> PolicyIO:
+        """From ``config.json``'s ``input_features`` / ``output_features`` as ``_features`` reads them."""
+        if ACTION not in outputs:
+            raise InvalidArgument(f"{path}/config.json: output_features has no 'action'")
         cameras = tuple(n for n, (t, _) in inputs.items() if t == "VISUAL")
         shapes = {inputs[n][1] for n in cameras}
         if len(shapes) > 1:
@@ -151,8 +156,22 @@ class PolicyIO:
         state = inputs.get(STATE)
         return cls(state_dim=state[1][0] if state and state[0] == "STATE" else 0,
                    env_state_dim=inputs[ENV_STATE][1][0] if env else 0,
-                   action_dim=ckpt.output_features[ACTION][1][0], cameras=cameras,
+                   action_dim=outputs[ACTION][1][0], cameras=cameras,
                    image_shape=next(iter(shapes)) if shapes else None)
+
+
+def declared_input_features(path: str | Path) -> dict[str, FeatureSpec]:
+    """The features a checkpoint's policy reads each step, from its ``config.json`` alone (no weights
+    read): what the node's policy declares once loaded, since every LeRobot type builds its inputs
+    with ``feature_specs(PolicyIO)`` (a test checks the two agree). For ``flashrt fake-sensors``."""
+    root = Path(path).expanduser()
+    if not (root / CONFIG).is_file():
+        raise InvalidArgument(f"LeRobot checkpoint {str(root)!r} has no {CONFIG}")
+    config = _read_json(root / CONFIG)
+    io = PolicyIO.from_features(_features(config, "input_features", root),
+                                _features(config, "output_features", root), root,
+                                str(config.get("type", "the policy")))
+    return feature_specs(io)
 
 
 def feature_specs(io) -> dict[str, FeatureSpec]:

@@ -17,7 +17,7 @@ attention, and two or three row kernels (``ops.fused_rows``):
 - attention: all query heads share the one key head, so they are folded into
   query rows (row ``l * heads + h``) of a single-head SDPA over the static keys,
   with an additive mask (no copies of keys, no float32 scores; the backend's
-  own float32 softmax).
+  own float32 softmax); ``pi0_fast`` can take ``ops.prefix_attention`` instead.
 
 The weights are built from a loaded ``GemmaLayer`` and replace it (no second
 copy stays on the device).

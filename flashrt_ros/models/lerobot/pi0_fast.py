@@ -25,6 +25,7 @@ length, the queue) but runs it as few, large kernels:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -37,18 +38,25 @@ from flashrt_ros.models.policy_interface import Guidance, queue_chunk
 from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.ops.fused_rows import residual_norm, rope_tables
+from flashrt_ros.ops.prefix_attention import prefix_attention
 from flashrt_ros.runtime.arena import StateArena
 
 ALIGN = 16                      # SDPA's memory-efficient kernel wants key counts in multiples of 16
+#: how the attentions run: ``sdpa`` (SDPA's memory-efficient kernel under an additive mask; measured on an
+#: H100) or ``kernel`` (``ops.prefix_attention``: the mask as arithmetic on the key index; checked against
+#: its reference on the CPU in float32, not yet run on a GPU: ``benchmarks.pi0 --attention kernel``)
+ATTENTIONS = ("sdpa", "kernel")
 
 
 class FastPi(nn.Module):
     """The fused weights and precomputed tables of one π0 / π0.5 policy (see the module doc)."""
 
-    def __init__(self, policy) -> None:
+    def __init__(self, policy, attention: str = "sdpa") -> None:
         super().__init__()
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention {attention!r}: one of {ATTENTIONS}")
         c, m = policy.cfg, policy.model
-        self.cfg = c
+        self.cfg, self.attention = c, attention
         lm, expert = m.language_model, m.expert
         if c.vlm.num_kv_heads != 1:
             raise ValueError("the fast π path folds the query heads over one key head (Gemma 2B / 300M)")
@@ -109,13 +117,21 @@ class FastPi(nn.Module):
         lang = lm.embed_tokens(ids)
         x = torch.cat([arena[policy.IMAGES], lang * math.sqrt(lang.shape[-1])])
         valid = length + c.image_rows
-        mask = additive_mask((torch.arange(c.prefix_capacity, device=x.device) < valid)[None, :], x.dtype)
+        P = c.prefix_capacity
+        if self.attention == "kernel":
+            def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+                return prefix_attention(q, k, v, valid, suffix_start=P)
+        else:
+            mask = additive_mask((torch.arange(P, device=x.device) < valid)[None, :], x.dtype)
+
+            def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+                return single_key_head_attention(q, k, v, mask)
         layers = lm.layers
         for i, layer in enumerate(layers):
             k, v = arena[f"{policy.KEY}{i}"], arena[f"{policy.VALUE}{i}"]
             q = layer.project_qkv(x, None, self.prefix_cos, self.prefix_sin, k, v, valid=valid)
             if i + 1 < len(layers):                     # the last layer's output is never used
-                x = layer.folded_rest(x, single_key_head_attention(q, k, v, mask))
+                x = layer.folded_rest(x, attend(q, k, v))
         arena[policy.PREFIX_LEN].copy_(valid)
 
     def denoise(self, policy, arena: StateArena, counter: Tensor, guide: Guidance | None = None,
@@ -127,27 +143,35 @@ class FastPi(nn.Module):
         x = noise.view(c.chunk_size, c.max_action_dim)
         dev, dtype = x.device, policy.dtype
         P, L = c.prefix_capacity, c.suffix_len
-        total = -(-(P + L) // ALIGN) * ALIGN
+        total = P + L if self.attention == "kernel" else -(-(P + L) // ALIGN) * ALIGN
         depth = c.expert.depth
         kv = torch.zeros(2, depth, total, 1, c.expert.head_dim, dtype=dtype, device=dev)
         prefix = [arena[f"{name}{i}"] for name in (policy.KEY, policy.VALUE) for i in range(depth)]
         torch._foreach_copy_([kv[j, i, :P] for j in range(2) for i in range(depth)], prefix)
         prefix_len = arena[policy.PREFIX_LEN]
-        keys = torch.arange(total, device=dev)
-        suffix = torch.zeros(L, total, dtype=torch.bool, device=dev)
-        suffix[:, P:P + L] = policy.suffix_mask
-        allowed = (keys < prefix_len)[None, :] | suffix
-        mask = additive_mask(allowed.repeat_interleave(c.expert.num_heads, dim=0), dtype)
+        if self.attention == "kernel":                # π0's state token (suffix row 0) sees no action
+            def attend(q: Tensor, i: int) -> Tensor:
+                return prefix_attention(q, kv[0, i], kv[1, i], prefix_len, suffix_start=P, suffix_len=L,
+                                        state_rows=0 if c.pi05 else 1)
+        else:
+            keys = torch.arange(total, device=dev)
+            suffix = torch.zeros(L, total, dtype=torch.bool, device=dev)
+            suffix[:, P:P + L] = policy.suffix_mask
+            allowed = (keys < prefix_len)[None, :] | suffix
+            mask = additive_mask(allowed.repeat_interleave(c.expert.num_heads, dim=0), dtype)
+
+            def attend(q: Tensor, i: int) -> Tensor:
+                return single_key_head_attention(q, kv[0, i], kv[1, i], mask)
         cos, sin = rope_tables(prefix_len + torch.arange(L, device=dev), m.expert.inv_freq)
         state = None if c.pi05 else m.state_proj(arena[policy.STATE_VEC][None, :].to(m.state_proj.weight.dtype))
 
         def velocity(x: Tensor, step: int) -> Tensor:
-            return self.velocity(policy, x, step, state, kv, mask, cos, sin)
+            return self.velocity(policy, x, step, state, kv, attend, cos, sin)
         queue_chunk(integrate_flow(x, steps or c.num_inference_steps, velocity, guide), arena[policy.QUEUE],
                     arena[policy.LEFT], ahead)
 
-    def velocity(self, policy, x: Tensor, step: int, state: Tensor | None, kv: Tensor, mask: Tensor, cos: Tensor,
-                 sin: Tensor) -> Tensor:
+    def velocity(self, policy, x: Tensor, step: int, state: Tensor | None, kv: Tensor,
+                 attend: Callable[[Tensor, int], Tensor], cos: Tensor, sin: Tensor) -> Tensor:
         c, m = self.cfg, policy.model
         P, L = c.prefix_capacity, c.suffix_len
         dtype = policy.dtype
@@ -160,7 +184,7 @@ class FastPi(nn.Module):
             for i, layer in enumerate(layers):
                 h, normed = ada_residual_norm(h, update, gate, self.ada_in[step, i], eps)
                 q = layer.project_qkv(h, normed, cos, sin, kv[0, i, P:P + L], kv[1, i, P:P + L])
-                attn = single_key_head_attention(q, kv[0, i], kv[1, i], mask)
+                attn = attend(q, i)
                 h, normed = ada_residual_norm(h, attn @ layer.o.t(), self.ada_in[step, i, 2], self.ada_post[step, i],
                                               eps)
                 update, gate = layer.gate_up_down(normed), self.ada_post[step, i, 2]
@@ -172,7 +196,7 @@ class FastPi(nn.Module):
             h = torch.cat([state.to(fused.dtype), fused]).to(dtype)
             for i, layer in enumerate(layers):
                 q = layer.project_qkv(h, None, cos, sin, kv[0, i, P:P + L], kv[1, i, P:P + L])
-                h = layer.folded_rest(h, single_key_head_attention(q, kv[0, i], kv[1, i], mask))
+                h = layer.folded_rest(h, attend(q, i))
             _, out = residual_norm(h[-c.chunk_size:], None, None, self.final_scale, None, eps)
         out = out[-c.chunk_size:]
         proj = m.action_out_proj

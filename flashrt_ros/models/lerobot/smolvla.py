@@ -187,7 +187,21 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         return feature_specs(self.cfg)
 
     def config(self) -> dict:
-        return {"type": "smolvla", **jsonable(asdict(self.cfg))}
+        return {"type": "smolvla", "numerics": self.numerics, **jsonable(asdict(self.cfg))}
+
+    #: ``exact``: LeRobot's arithmetic (bit-identical on CPU); ``fast``: the same plan in fused kernels
+    #: (``smolvla_fast``), chosen once by ``use_numerics`` after the weights are loaded and cast
+    numerics = "exact"
+
+    def use_numerics(self, numerics: str) -> None:
+        """Switch to ``fast`` (irreversible: its fused weights replace the unfused ones)."""
+        if numerics == self.numerics:
+            return
+        if numerics != "fast":
+            raise InvalidArgument(f"SmolVLA: numerics {numerics!r} after {self.numerics!r}: choose it once, at load")
+        from flashrt_ros.models.lerobot.smolvla_fast import FastSmolVLA
+        self.fast = FastSmolVLA(self)
+        self.numerics = "fast"
 
     @property
     def dtype(self) -> torch.dtype:
@@ -239,6 +253,8 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
 
     def prefill(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
         """Run the VLM over images + instruction + state; write each layer's KV (valid rows first)."""
+        if self.numerics == "fast":
+            return self.fast.prefill(self, observation, arena)
         embs, valid, blocks = self._prefix_embeddings(observation, arena)
         kv = self._prefix_kv(embs, valid, blocks)
         order = torch.sort((~valid).to(torch.int64), stable=True).indices     # valid rows first
@@ -252,6 +268,8 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         """``num_steps`` Euler steps of the flow from this plan's noise over the stored prefix; refill the queue.
 
         ``guide``: Real-Time Chunking (LeRobot's ``RTCProcessor`` arithmetic, ``models.rtc``)."""
+        if self.numerics == "fast":
+            return self.fast.denoise(self, arena, guide, ahead)
         c = self.cfg
         plans = arena[self.PLANS]
         x = normal(arena[self.RNG_SEED], plans, c.chunk_size * c.max_action_dim).view(c.chunk_size, c.max_action_dim)
@@ -269,6 +287,18 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         plans.add_(1)
 
     # --- network --------------------------------------------------------------------------
+    def camera_image(self, cam: str, observation: Mapping[str, Tensor]) -> Tensor:
+        """One camera's image normalised and (when configured) resized with padding: ``(1, 3, H, W)`` in [0, 1]."""
+        img = self.norm.input(cam, observation[cam].unsqueeze(0))
+        side = self.cfg.resize_imgs_with_padding
+        return img if side is None else resize_with_pad(img, *side)
+
+    def state_embedding(self, observation: Mapping[str, Tensor]) -> Tensor:
+        """The state token ``(1, width)``: the normalised state, zero-padded, through ``state_proj``."""
+        c = self.cfg
+        state = self.norm.input(STATE, observation[STATE].unsqueeze(0)).to(self.dtype)
+        return self.model.state_proj(F.pad(state, (0, c.max_state_dim - c.state_dim)))
+
     def _prefix_embeddings(self, observation: Mapping[str, Tensor], arena: StateArena) -> tuple[Tensor, Tensor, Tensor]:
         """Prefix embeddings ``(P, D)``, the valid-token mask ``(P,)``, and the attention block ids
         (images and instruction share block 0, the state is block 1: LeRobot's ``att_masks``)."""
@@ -276,16 +306,11 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         dtype, dev = self.dtype, arena[self.LANG].device
         embs = []
         for cam in c.cameras:
-            img = self.norm.input(cam, observation[cam].unsqueeze(0))
-            if c.resize_imgs_with_padding is not None:
-                img = resize_with_pad(img, *c.resize_imgs_with_padding)
-            img = vlm.connector(vlm.vision_model((img * 2.0 - 1.0).to(dtype)))[0]
+            img = vlm.connector(vlm.vision_model((self.camera_image(cam, observation) * 2.0 - 1.0).to(dtype)))[0]
             embs.append(img * img.shape[-1] ** 0.5)     # LeRobot: a tensor of the same float value
         lang = vlm.text_model.embed_tokens(arena[self.LANG])
         embs.append(lang * math.sqrt(lang.shape[-1]))
-        state = self.norm.input(STATE, observation[STATE].unsqueeze(0)).to(dtype)
-        state = F.pad(state, (0, c.max_state_dim - c.state_dim))
-        embs.append(self.model.state_proj(state))
+        embs.append(self.state_embedding(observation))
         n_img = len(c.cameras) * c.vlm.image_tokens
         lang_valid = torch.arange(c.tokenizer_max_length, device=dev) < arena[self.LANG_LEN]
         ones = torch.ones(n_img, dtype=torch.bool, device=dev)

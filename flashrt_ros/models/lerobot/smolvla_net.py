@@ -70,11 +70,18 @@ def rope(x: Tensor, positions: Tensor, max_wavelength: float = 10_000.0) -> Tens
     rotates in float32; the same operations keep fp32 parity at rounding level."""
     dtype, half = x.dtype, x.shape[-1] // 2
     x = x.to(torch.float32)
-    exponents = (2.0 / x.shape[-1]) * torch.arange(half, dtype=torch.float32, device=x.device)
-    radians = positions[:, None].to(torch.float32) / (max_wavelength ** exponents)[None, :]
-    sin, cos = torch.sin(radians)[:, None, :], torch.cos(radians)[:, None, :]
+    cos, sin = rope_tables(positions, x.shape[-1], max_wavelength)
+    sin, cos = sin[:, None, :], cos[:, None, :]
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(dtype)
+
+
+def rope_tables(positions: Tensor, head_dim: int, max_wavelength: float = 10_000.0) -> tuple[Tensor, Tensor]:
+    """``rope``'s cos / sin ``(L, head_dim / 2)`` in float32 at ``positions``, LeRobot's formula (the fast
+    numerics' row kernel rotates with them)."""
+    exponents = (2.0 / head_dim) * torch.arange(head_dim // 2, dtype=torch.float32, device=positions.device)
+    radians = positions[:, None].to(torch.float32) / (max_wavelength ** exponents)[None, :]
+    return torch.cos(radians), torch.sin(radians)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, n_kv_heads: int) -> Tensor:
@@ -231,11 +238,17 @@ class Connector(nn.Module):
         self.modality_projection = ModalityProjection(s)
 
     def forward(self, x: Tensor) -> Tensor:
-        B, N, D = x.shape
-        side, r = int(N ** 0.5), self.scale_factor
-        x = x.view(B, side, side // r, D * r).permute(0, 2, 1, 3)
-        x = x.reshape(B, side // r, side // r, D * r * r).permute(0, 2, 1, 3)
-        return self.modality_projection.proj(x.reshape(B, N // (r * r), D * r * r))
+        return self.modality_projection.proj(pixel_shuffle(x, self.scale_factor))
+
+
+def pixel_shuffle(x: Tensor, r: int) -> Tensor:
+    """SmolVLM's pixel shuffle: ``(B, N, D)`` patch features -> ``(B, N / r^2, D r^2)`` (each ``r x r`` block
+    of patches becomes one token)."""
+    B, N, D = x.shape
+    side = int(N ** 0.5)
+    x = x.view(B, side, side // r, D * r).permute(0, 2, 1, 3)
+    x = x.reshape(B, side // r, side // r, D * r * r).permute(0, 2, 1, 3)
+    return x.reshape(B, N // (r * r), D * r * r)
 
 
 # --- the module tree LeRobot saves ------------------------------------------------

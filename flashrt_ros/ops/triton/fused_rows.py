@@ -82,8 +82,8 @@ def qkv_rope(qkv, cos, sin, heads, kv_heads, q_out, k_out, v_out, x, eps, valid)
 
 
 @triton.jit
-def _gelu_gate_kernel(gu_ptr, x_ptr, out_ptr, n_cols, gu_stride, x_stride, width, eps,
-                      HAS_X: tl.constexpr, BLOCK: tl.constexpr, BLOCK_W: tl.constexpr):
+def _gate_kernel(gu_ptr, x_ptr, out_ptr, n_cols, gu_stride, x_stride, width, eps,
+                 HAS_X: tl.constexpr, SILU: tl.constexpr, BLOCK: tl.constexpr, BLOCK_W: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = cols < n_cols
@@ -92,13 +92,18 @@ def _gelu_gate_kernel(gu_ptr, x_ptr, out_ptr, n_cols, gu_stride, x_stride, width
         scale = _row_rsqrt(x_ptr, row, x_stride, width, eps, BLOCK_W)
     g = tl.load(gu_ptr + row * gu_stride + cols, mask=m, other=0.0).to(tl.float32) * scale
     u = tl.load(gu_ptr + row * gu_stride + n_cols + cols, mask=m, other=0.0).to(tl.float32) * scale
-    # gelu with the tanh approximation: 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3)))
-    inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-    t = 2.0 / (1.0 + tl.exp(-2.0 * inner)) - 1.0
-    tl.store(out_ptr + row * n_cols + cols, (0.5 * g * (1.0 + t) * u).to(out_ptr.dtype.element_ty), mask=m)
+    if SILU:
+        act = g / (1.0 + tl.exp(-g))
+    else:
+        # gelu with the tanh approximation: 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3)))
+        inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+        t = 2.0 / (1.0 + tl.exp(-2.0 * inner)) - 1.0
+        act = 0.5 * g * (1.0 + t)
+    tl.store(out_ptr + row * n_cols + cols, (act * u).to(out_ptr.dtype.element_ty), mask=m)
 
 
-def gelu_gate(gate_up: torch.Tensor, x: torch.Tensor | None, eps: float) -> torch.Tensor:
+def gated_activation(gate_up: torch.Tensor, x: torch.Tensor | None, eps: float, silu: bool) -> torch.Tensor:
+    """``act(gate) * up`` per row: SiLU (Llama) or tanh-GELU (Gemma)."""
     gate_up = _rows(gate_up)
     rows, n = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty((rows, n), dtype=gate_up.dtype, device=gate_up.device)
@@ -106,10 +111,14 @@ def gelu_gate(gate_up: torch.Tensor, x: torch.Tensor | None, eps: float) -> torc
         return out
     xr = _rows(x) if x is not None else gate_up
     block = min(4096, next_power_of_2(n))
-    _gelu_gate_kernel[(rows, triton.cdiv(n, block))](
-        gate_up, xr, out, n, gate_up.stride(0), xr.stride(0), xr.shape[-1], eps, HAS_X=x is not None,
+    _gate_kernel[(rows, triton.cdiv(n, block))](
+        gate_up, xr, out, n, gate_up.stride(0), xr.stride(0), xr.shape[-1], eps, HAS_X=x is not None, SILU=silu,
         BLOCK=block, BLOCK_W=next_power_of_2(xr.shape[-1]) if x is not None else 16, num_warps=8)
     return out
+
+
+def gelu_gate(gate_up: torch.Tensor, x: torch.Tensor | None, eps: float) -> torch.Tensor:
+    return gated_activation(gate_up, x, eps, silu=False)
 
 
 @triton.jit

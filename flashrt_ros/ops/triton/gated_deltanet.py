@@ -221,6 +221,28 @@ def gated_rms_norm_rows(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tenso
 
 
 @triton.jit
+def _delta_rule_token(s, q, k, v, b, a, a_log, q_scale):
+    """One token of the gated delta rule on a ``[BLOCK_K, BLOCK_V]`` float32 state tile.
+
+    ``a`` already includes ``dt_bias`` (float32); ``b`` is in the model dtype.
+    Returns ``(new tile, output columns)``; shared by the decode and verify kernels
+    so both compute a token identically.
+    """
+    # gates: g = -exp(A_log) * softplus(a + dt_bias) (torch's threshold 20); beta rounded like b.sigmoid()
+    softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
+    decay = tl.exp(-tl.exp(a_log) * softplus)
+    beta = tl.sigmoid(b.to(tl.float32)).to(b.dtype).to(tl.float32)
+    q = q * tl.rsqrt(tl.sum(q * q, axis=0) + 1e-6) * q_scale
+    k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
+
+    # S' = decay S + k delta^T with delta = beta (v - decay S^T k), and o = S'^T q
+    # = decay S^T q + delta (k.q): both contractions read the old tile once.
+    delta = (v - decay * tl.sum(s * k[:, None], axis=0)) * beta
+    o = decay * tl.sum(s * q[:, None], axis=0) + delta * tl.sum(k * q, axis=0)
+    return s * decay + k[:, None] * delta[None, :], o
+
+
+@triton.jit
 def _decode_step_kernel(qkv_ptr, b_ptr, a_ptr, a_log_ptr, dt_bias_ptr, state_ptr, out_ptr, q_scale,
                         GROUPS: tl.constexpr, KEY_DIM: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
@@ -240,20 +262,41 @@ def _decode_step_kernel(qkv_ptr, b_ptr, a_ptr, a_log_ptr, dt_bias_ptr, state_ptr
     b = tl.load(b_ptr + h)
     a = tl.load(a_ptr + h).to(tl.float32) + tl.load(dt_bias_ptr + h).to(tl.float32)
     a_log = tl.load(a_log_ptr + h).to(tl.float32)
-
-    # gates: g = -exp(A_log) * softplus(a + dt_bias) (torch's threshold 20); beta rounded like b.sigmoid()
-    softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
-    decay = tl.exp(-tl.exp(a_log) * softplus)
-    beta = tl.sigmoid(b.to(tl.float32)).to(b_ptr.dtype.element_ty).to(tl.float32)
-    q = q * tl.rsqrt(tl.sum(q * q, axis=0) + 1e-6) * q_scale
-    k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
-
-    # S' = decay S + k delta^T with delta = beta (v - decay S^T k), and o = S'^T q
-    # = decay S^T q + delta (k.q): both contractions read the old tile once.
-    delta = (v - decay * tl.sum(s * k[:, None], axis=0)) * beta
-    o = decay * tl.sum(s * q[:, None], axis=0) + delta * tl.sum(k * q, axis=0)
-    tl.store(s_ptrs, s * decay + k[:, None] * delta[None, :], mask=mask_s)
+    s, o = _delta_rule_token(s, q, k, v, b, a, a_log, q_scale)
+    tl.store(s_ptrs, s, mask=mask_s)
     tl.store(out_ptr + h * DV + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
+
+
+@triton.jit
+def _verify_steps_kernel(qkv_ptr, stride_qt, b_ptr, stride_bt, a_ptr, stride_at, a_log_ptr, dt_bias_ptr,
+                         state_ptr, states_ptr, out_ptr, T, H, q_scale,
+                         GROUPS: tl.constexpr, KEY_DIM: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    """The decode program over ``T`` tokens in a row, the state tile kept in registers between them.
+
+    The arena state is only read; the tile after token ``t`` goes to ``states[t]``.
+    """
+    h = tl.program_id(0)
+    kh = h // GROUPS
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_v = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    mask_k = offs_k < DK
+    mask_v = offs_v < DV
+    mask_s = mask_k[:, None] & mask_v[None, :]
+    tile = offs_k[:, None] * DV + offs_v[None, :]
+    s = tl.load(state_ptr + h * (DK * DV) + tile, mask=mask_s, other=0.0)
+    a_log = tl.load(a_log_ptr + h).to(tl.float32)
+    dt_bias = tl.load(dt_bias_ptr + h).to(tl.float32)
+    for t in range(T):
+        row = qkv_ptr + t * stride_qt
+        q = tl.load(row + kh * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        k = tl.load(row + KEY_DIM + kh * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        v = tl.load(row + 2 * KEY_DIM + h * DV + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + t * stride_bt + h)
+        a = tl.load(a_ptr + t * stride_at + h).to(tl.float32) + dt_bias
+        s, o = _delta_rule_token(s, q, k, v, b, a, a_log, q_scale)
+        tl.store(states_ptr + (t * H + h).to(tl.int64) * (DK * DV) + tile, s, mask=mask_s)
+        tl.store(out_ptr + (t * H + h) * DV + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
 
 
 def _decode_config(block_k: int, head_v_dim: int) -> tuple[int, int]:
@@ -298,3 +341,33 @@ def gated_delta_decode_step(qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor,
         BLOCK_K=block_k, BLOCK_V=block_v, num_warps=warps)
     gate = _flat(z).view(1, num_v_heads, head_v_dim)
     return gated_rms_norm_rows(out, gate, norm_weight, eps).view(num_v_heads, head_v_dim)
+
+
+def gated_delta_verify_steps(qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
+                             A_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor,
+                             states_out: torch.Tensor, norm_weight: torch.Tensor, eps: float, num_k_heads: int,
+                             head_k_dim: int, head_v_dim: int) -> torch.Tensor:
+    """Triton ``ops.gated_delta.gated_delta_verify``: ``T`` decode steps in one launch, plus the norm.
+
+    ``qkv [T, conv_dim]``, ``z [T, Hv*dv]``, ``a, b [T, Hv]`` may be row views
+    (unit last stride); ``state [Hv, dk, dv]`` float32 is only read;
+    ``states_out [>= T, Hv, dk, dv]`` float32 contiguous receives the state after
+    each token. Returns ``[T, Hv, dv]`` in ``qkv``'s dtype.
+    """
+    t = qkv.shape[0]
+    num_v_heads = state.shape[0]
+    key_dim = num_k_heads * head_k_dim
+    assert state.dtype == torch.float32 and state.is_contiguous(), "state must be contiguous float32"
+    assert states_out.dtype == torch.float32 and states_out.is_contiguous() and states_out.shape[0] >= t
+    assert tuple(states_out.shape[1:]) == tuple(state.shape), "states_out must be [T, *state.shape]"
+    assert qkv.shape[1] == 2 * key_dim + num_v_heads * head_v_dim and qkv.stride(1) == 1
+    assert a.stride(1) == 1 and b.stride(1) == 1 and z.stride(1) == 1, "rows need unit last stride"
+    out = torch.empty((t, num_v_heads, head_v_dim), dtype=qkv.dtype, device=qkv.device)
+    block_k = next_power_of_2(head_k_dim)
+    block_v, warps = _decode_config(block_k, head_v_dim)
+    _verify_steps_kernel[(num_v_heads, triton.cdiv(head_v_dim, block_v))](
+        qkv, qkv.stride(0), b, b.stride(0), a, a.stride(0), A_log, dt_bias, state, states_out, out, t,
+        num_v_heads, head_k_dim ** -0.5, GROUPS=num_v_heads // num_k_heads, KEY_DIM=key_dim, DK=head_k_dim,
+        DV=head_v_dim, BLOCK_K=block_k, BLOCK_V=block_v, num_warps=warps)
+    gate = z.reshape(t, num_v_heads, head_v_dim)
+    return gated_rms_norm_rows(out, gate, norm_weight, eps)
