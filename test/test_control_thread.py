@@ -6,6 +6,7 @@ Timing-tolerant: each test asserts the mechanism with a bound far from what the 
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -109,6 +110,7 @@ def test_a_busy_python_thread_beside_the_loop_does_not_stop_its_ticks():
     busy = threading.Thread(target=lambda: [_busy(0.01) for _ in iter(stop.is_set, True)], daemon=True)
     times: list[float] = []
     loop = ControlThread(PERIOD_S, lambda due: times.append(time.monotonic() - due), priority=50)
+    nice_before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     busy.start()
     loop.start()
     try:
@@ -119,6 +121,8 @@ def test_a_busy_python_thread_beside_the_loop_does_not_stop_its_ticks():
         busy.join(5)
     assert max(times) < BOUND_S, times
     assert threading.current_thread().name != "flashrt-control" and not loop.running
+    # the other threads raised for the loop (nice -10 where permitted) have their nice back
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == nice_before
 
 
 def test_the_priority_report_says_what_the_os_allowed():

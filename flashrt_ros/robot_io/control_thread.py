@@ -20,7 +20,8 @@ loaded 2-core machine that cost the node single command gaps of 250-780 ms
   longest;
 * a short GIL switch interval (1 ms): a Python thread that holds the GIL
   (a planner between two torch ops, the executor) hands it over within 1 ms,
-  and the process's other threads at nice -10 where permitted: a GIL holder
+  and the process's other threads at nice -10 where permitted (given back when
+  the loop stops): a GIL holder
   preempted by the machine's other work would otherwise keep the control
   thread waiting until the scheduler runs it again (measured: control steps of
   66-174 ms on a loaded 2-core machine with the control thread alone raised).
@@ -101,16 +102,17 @@ def raise_priority(priority: int) -> str:
     return f"default ({fifo}; negative nice refused)"
 
 
-def raise_other_threads(nice: int = OTHERS_NICE) -> str:
+def raise_other_threads(nice: int = OTHERS_NICE, changed: dict[int, int] | None = None) -> str:
     """Give every other thread of this process (the executor's, the planner's, torch's and the middleware's;
     threads they start later inherit it) ``nice`` where permitted and lower than now; says what was done.
 
     Why: the control thread needs the GIL for each Python step between its torch calls, and a GIL holder
     preempted by another process's work keeps it until the scheduler runs it again (on a 2-core machine
     beside busy loops: tens of ms; a priority inversion no switch interval can end). Linux keeps nice per
-    thread, and a new thread starts with its creator's."""
+    thread, and a new thread starts with its creator's. ``changed`` collects ``{thread id: its nice
+    before}`` of the threads changed (``restore_threads`` gives them back)."""
     me = threading.get_native_id()
-    changed = refused = 0
+    count = refused = 0
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:
@@ -119,14 +121,27 @@ def raise_other_threads(nice: int = OTHERS_NICE) -> str:
         if tid == me:
             continue
         try:
-            if os.getpriority(os.PRIO_PROCESS, tid) > nice:
+            before = os.getpriority(os.PRIO_PROCESS, tid)
+            if before > nice:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
-                changed += 1
+                count += 1
+                if changed is not None:
+                    changed[tid] = before
         except OSError:
             refused += 1
-    if refused and not changed:
+    if refused and not count:
         return "other threads unchanged (nice refused)"
     return f"other threads nice {nice}"
+
+
+def restore_threads(changed: dict[int, int]) -> None:
+    """Give the threads ``raise_other_threads`` changed their nice back (those still alive)."""
+    for tid, before in changed.items():
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, before)
+        except OSError:
+            pass                          # ended since, or not permitted: nothing to give back
+    changed.clear()
 
 
 class ControlThread:
@@ -148,6 +163,7 @@ class ControlThread:
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._holding = False
+        self._reniced: dict[int, int] = {}     # the other threads raised for this loop: {id: nice before}
 
     def start(self) -> None:
         _SETTINGS.take(self.manage_gc)
@@ -164,6 +180,7 @@ class ControlThread:
         if not alive and self._holding:
             self._holding = False
             _SETTINGS.give_back()
+            restore_threads(self._reniced)
         return not alive
 
     @property
@@ -173,7 +190,7 @@ class ControlThread:
     def _run(self) -> None:
         self.priority_report = raise_priority(self.priority)
         if self.priority > 0:
-            self.priority_report += f"; {raise_other_threads()}"
+            self.priority_report += f"; {raise_other_threads(changed=self._reniced)}"
         self._started.set()
         period = self.period_s
         due = time.monotonic() + period
