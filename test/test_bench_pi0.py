@@ -23,9 +23,10 @@ def test_smoke_runs_every_side_and_checks_their_actions(tmp_path: Path) -> None:
         ours = row[side]
         assert ours["replans"] > 0 and ours["pops"] > 0 and ours["episode_ms"] > 0
         assert ours["reinstruct_p50_ms"] > 0 and ours["capsule"]["state_bytes"] > 0
-    assert row["ours-exact"]["check"]["episode"] == 0.0          # exact: LeRobot's arithmetic on the CPU
+    # exact: LeRobot's arithmetic (test_lerobot_pi0's bound: two processes may split CPU matmuls differently)
+    assert row["ours-exact"]["check"]["episode"] <= 1e-5
     assert row["ours-fast"]["check"]["episode"] <= 1e-4
-    assert row["lerobot"]["episode_ms"] > 0 and row["lerobot"]["check"]["episode"] == 0.0
+    assert row["lerobot"]["episode_ms"] > 0 and row["lerobot"]["check"]["episode"] <= 1e-5
     assert "| pi0 | 2 | float32 | ours-fast |" in md.read_text()
 
 

@@ -221,3 +221,30 @@ def test_the_control_loop_publishes_while_no_executor_runs_the_node(tmp_path):
         assert policy_io.steps >= 10
     finally:
         rclpy.try_shutdown(context=context)
+
+
+def test_threads_the_control_thread_starts_do_not_inherit_its_priority():
+    """A sync replan on the control thread starts torch's intra-op workers from it; at SCHED_FIFO (or a
+    negative nice) their spin-waits would starve every other thread of the machine (seen: a test process's
+    executor got no CPU for a minute). They start at the default policy and nice 0 instead."""
+    import os
+
+    from flashrt_ros.robot_io.control_thread import raise_priority
+    seen: dict[str, object] = {}
+
+    def child() -> None:
+        seen["child"] = (os.sched_getscheduler(0) & ~getattr(os, "SCHED_RESET_ON_FORK", 0),
+                         os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    def control() -> None:
+        seen["report"] = raise_priority(50)
+        worker = threading.Thread(target=child)
+        worker.start()
+        worker.join()
+
+    thread = threading.Thread(target=control)
+    thread.start()
+    thread.join()
+    if str(seen["report"]).startswith("default"):
+        pytest.skip(f"this machine permits neither SCHED_FIFO nor a negative nice: {seen['report']}")
+    assert seen["child"] == (os.SCHED_OTHER, 0), seen

@@ -84,15 +84,25 @@ _SETTINGS = _ProcessSettings()
 
 
 def raise_priority(priority: int) -> str:
-    """Give the calling thread ``SCHED_FIFO`` ``priority``, else the lowest nice the OS allows; says which."""
+    """Give the calling thread ``SCHED_FIFO`` ``priority``, else the lowest nice the OS allows; says which.
+
+    With ``SCHED_RESET_ON_FORK``: threads this one starts (torch's intra-op workers, when a sync replan runs
+    on it: their spin-waits at real-time priority starved every other thread of a 2-core machine) start at
+    the default policy and nice 0 instead of inheriting the control thread's."""
     if priority <= 0:
         return "default (control_thread_priority 0)"
     tid = threading.get_native_id()
+    reset = getattr(os, "SCHED_RESET_ON_FORK", 0)
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(min(priority, os.sched_get_priority_max(os.SCHED_FIFO))))
+        os.sched_setscheduler(0, os.SCHED_FIFO | reset,
+                              os.sched_param(min(priority, os.sched_get_priority_max(os.SCHED_FIFO))))
         return f"SCHED_FIFO {priority}"
     except (OSError, AttributeError) as exc:
         fifo = f"SCHED_FIFO refused: {exc.strerror if isinstance(exc, OSError) else exc}"
+    try:
+        os.sched_setscheduler(0, os.SCHED_OTHER | reset, os.sched_param(0))    # children start at nice 0
+    except (OSError, AttributeError):
+        pass
     for nice in (-20, -10, -5, -1):
         try:
             os.setpriority(os.PRIO_PROCESS, tid, nice)      # Linux: per thread
