@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.smolvla_net import VisionLayer, VisionModel
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import VisionLayer, VisionModel
 from flashrt_ros.ops.fused_rows import residual_layer_norm
 
 

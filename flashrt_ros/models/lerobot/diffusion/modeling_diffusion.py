@@ -28,10 +28,10 @@ import torch
 from torch import Tensor
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, feature_specs
-from flashrt_ros.models.lerobot.diffusion_net import DiffusionConfig, DiffusionNet, center_crop, gemm_conv1d
+from flashrt_ros.models.lerobot.diffusion.diffusion_net import DiffusionConfig, DiffusionNet, center_crop, gemm_conv1d
 from flashrt_ros.models.lerobot.layout import lay_out_convs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
-from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
+from flashrt_ros.models.lerobot.diffusion.schedulers import reverse_step, reverse_steps
 from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal

@@ -1,7 +1,7 @@
 """Diffusion Policy's network, pure torch: its configuration, the image encoder and the 1-D
 conditional UNet, as LeRobot's ``DiffusionModel`` names them (its ``model.safetensors`` loads strictly).
 
-Why apart from the policy (``diffusion.py``): the network is stateless arithmetic
+Why apart from the policy (``modeling_diffusion.py``): the network is stateless arithmetic
 over weights; the policy owns the arena state (observation history, action queue,
 noise stream) and the denoising loop that calls this network.
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO
-from flashrt_ros.models.lerobot.conv1d import conv1d
+from flashrt_ros.models.lerobot.diffusion.conv1d import conv1d
 from flashrt_ros.models.lerobot.resnet import ResNetTrunk
 from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.ops.group_norm import group_norm_mish

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint
-from flashrt_ros.models.lerobot.smolvla_net import VLMSizes
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import VLMSizes
 from flashrt_ros.runtime.errors import InvalidArgument
 
 PUBLISHED_VLM = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"

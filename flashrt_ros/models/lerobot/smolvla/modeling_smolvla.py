@@ -36,8 +36,8 @@ from torch import Tensor, nn
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs, jsonable
 from flashrt_ros.models.lerobot.instruction import LanguageInstruction
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
-from flashrt_ros.models.lerobot.smolvla_checkpoint import PUBLISHED_VLM, vlm_sizes
-from flashrt_ros.models.lerobot.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
+from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import PUBLISHED_VLM, vlm_sizes
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
 from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
 from flashrt_ros.models.rtc import flow_times, integrate_flow
@@ -199,7 +199,7 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
             return
         if numerics != "fast":
             raise InvalidArgument(f"SmolVLA: numerics {numerics!r} after {self.numerics!r}: choose it once, at load")
-        from flashrt_ros.models.lerobot.smolvla_fast import FastSmolVLA
+        from flashrt_ros.models.lerobot.smolvla.smolvla_fast import FastSmolVLA
         self.fast = FastSmolVLA(self)
         self.numerics = "fast"
 

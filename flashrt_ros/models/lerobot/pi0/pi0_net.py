@@ -4,7 +4,7 @@ Why a module tree of its own: the names are LeRobot's
 (``model.paligemma_with_expert.paligemma.model.vision_tower.vision_model...``,
 ``...language_model.layers.<i>...``, ``...gemma_expert.model.layers.<i>...``,
 ``model.action_in_proj``), so its ``model.safetensors`` loads strictly; the
-forward passes live in ``pi0.py``, where the prefix KV goes to the arena.
+forward passes live in ``modeling_pi0.py``, where the prefix KV goes to the arena.
 
 The SigLIP tower is SmolVLA's (``smolvla_net.VisionModel``) with plain
 positions ``0..n-1``; the projector maps it to the Gemma width and, unlike stock
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from flashrt_ros.models.lerobot.gemma import GemmaSizes, GemmaStack
-from flashrt_ros.models.lerobot.smolvla_net import VisionModel, VLMSizes
+from flashrt_ros.models.lerobot.pi0.gemma import GemmaSizes, GemmaStack
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import VisionModel, VLMSizes
 
 
 @dataclass(frozen=True)

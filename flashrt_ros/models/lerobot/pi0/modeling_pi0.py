@@ -48,12 +48,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from flashrt_ros.models.lerobot.checkpoint import PREPROCESSOR, LeRobotCheckpoint, PolicyIO, feature_specs, jsonable
-from flashrt_ros.models.lerobot.gemma import GEMMA_VARIANTS, GemmaSizes, gqa_attention
+from flashrt_ros.models.lerobot.pi0.gemma import GEMMA_VARIANTS, GemmaSizes, gqa_attention
 from flashrt_ros.models.lerobot.instruction import LanguageInstruction
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
-from flashrt_ros.models.lerobot.pi05_prompt import StatePrompt
-from flashrt_ros.models.lerobot.pi0_net import PiModel, VisionSizes
-from flashrt_ros.models.lerobot.smolvla_net import sinusoidal_time
+from flashrt_ros.models.lerobot.pi0.processor_pi05 import StatePrompt
+from flashrt_ros.models.lerobot.pi0.pi0_net import PiModel, VisionSizes
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import sinusoidal_time
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
 from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
@@ -260,7 +260,7 @@ class PI0Policy(LanguageInstruction, PolicyModule):
             return
         if numerics != "fast":
             raise InvalidArgument(f"π0: numerics {numerics!r} after {self.numerics!r}: choose it once, at load")
-        from flashrt_ros.models.lerobot.pi0_fast import FastPi
+        from flashrt_ros.models.lerobot.pi0.pi0_fast import FastPi
         self.fast = FastPi(self)
         self.numerics = "fast"
 
