@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 from flashrt_ros.models.lerobot.pi0.gemma import GemmaSizes
-from flashrt_ros.models.lerobot.pi0.modeling_pi0 import PALIGEMMA_TOKENIZER, PI0Config, PI0Policy
+from flashrt_ros.models.lerobot.pi0.configuration_pi0 import PALIGEMMA_TOKENIZER, PI0Config
+from flashrt_ros.models.lerobot.pi0.modeling_pi0 import PI0Policy
 from flashrt_ros.models.lerobot.pi0.pi0_net import VisionSizes
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings
 from pi_reference.tokenizer import write_tokenizer

@@ -85,10 +85,12 @@ def build_policy(ckpt: LeRobotCheckpoint) -> PolicyModule:
     """Our model for the checkpoint's ``type`` (weights not yet loaded)."""
     kind = ckpt.policy_type
     if kind == "act":
-        from flashrt_ros.models.lerobot.act.modeling_act import ACTConfig, ACTPolicy
+        from flashrt_ros.models.lerobot.act.configuration_act import ACTConfig
+        from flashrt_ros.models.lerobot.act.modeling_act import ACTPolicy
         return ACTPolicy(ACTConfig.from_checkpoint(ckpt), ckpt)
     if kind == "diffusion":
-        from flashrt_ros.models.lerobot.diffusion.modeling_diffusion import DiffusionConfig, DiffusionPolicy
+        from flashrt_ros.models.lerobot.diffusion.configuration_diffusion import DiffusionConfig
+        from flashrt_ros.models.lerobot.diffusion.modeling_diffusion import DiffusionPolicy
         return DiffusionPolicy(DiffusionConfig.from_checkpoint(ckpt), ckpt)
     if kind == "smolvla":
         from flashrt_ros.models.lerobot.smolvla.modeling_smolvla import build_smolvla

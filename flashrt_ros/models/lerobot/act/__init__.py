@@ -1,4 +1,5 @@
-"""ACT (Action Chunking Transformer): ``modeling_act`` (``ACTConfig``, ``ACTPolicy``)."""
-from flashrt_ros.models.lerobot.act.modeling_act import ACTConfig, ACTPolicy
+"""ACT (Action Chunking Transformer): ``configuration_act`` (``ACTConfig``), ``modeling_act`` (``ACTPolicy``)."""
+from flashrt_ros.models.lerobot.act.configuration_act import ACTConfig
+from flashrt_ros.models.lerobot.act.modeling_act import ACTPolicy
 
 __all__ = ["ACTConfig", "ACTPolicy"]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from flashrt_ros.models.lerobot.pi0.gemma import GemmaSizes, GemmaStack
-from flashrt_ros.models.lerobot.smolvla.smolvla_net import VisionModel, VLMSizes
+from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import VLMSizes
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import VisionModel
 
 
 @dataclass(frozen=True)

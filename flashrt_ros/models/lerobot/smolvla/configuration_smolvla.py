@@ -1,21 +1,131 @@
-"""What a SmolVLA checkpoint leaves to another file: the VLM's sizes.
+"""SmolVLA's configuration: the fields of LeRobot's ``SmolVLAConfig`` that shape inference, and its VLM's sizes.
 
-Why a reader of its own: LeRobot's SmolVLA ``config.json`` names its VLM
-(``vlm_model_name``, a hub id or a local directory) instead of holding its
-sizes. The runtime has no hub and no transformers: it reads a ``config.json``
+Why the VLM's sizes are read here too: LeRobot's SmolVLA ``config.json`` names
+its VLM (``vlm_model_name``, a hub id or a local directory) instead of holding
+its sizes. The runtime has no hub and no transformers: it reads a ``config.json``
 from the checkpoint or from the local directory named, or falls back to the
 published SmolVLM2-500M sizes. (Its tokenizer: ``tokenizer_files.py``.)
 """
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint
-from flashrt_ros.models.lerobot.smolvla.smolvla_net import VLMSizes
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO
+from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings
+from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.runtime.errors import InvalidArgument
 
 PUBLISHED_VLM = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
+EMPTY_CAMERA = "observation.images.empty_camera_"
+
+
+@dataclass(frozen=True)
+class VLMSizes:
+    """The SmolVLM config fields that shape SmolVLA (read from the VLM's ``config.json``)."""
+
+    text_hidden: int = 960
+    text_heads: int = 15
+    text_kv_heads: int = 5
+    head_dim: int = 64
+    text_intermediate: int = 2560
+    rms_norm_eps: float = 1e-5
+    vocab_size: int = 49280
+    vision_hidden: int = 768
+    vision_heads: int = 12
+    vision_intermediate: int = 3072
+    vision_layers: int = 12
+    patch_size: int = 16
+    image_size: int = 512
+    vision_eps: float = 1e-6
+    vision_act: str = "gelu_pytorch_tanh"
+    scale_factor: int = 4
+
+    @property
+    def image_tokens(self) -> int:
+        return (self.image_size // self.patch_size) ** 2 // self.scale_factor ** 2
+
+
+@dataclass(frozen=True)
+class SmolVLAConfig:
+    """The fields of LeRobot's ``SmolVLAConfig`` that shape inference, plus the VLM's sizes."""
+
+    state_dim: int
+    env_state_dim: int
+    action_dim: int
+    cameras: tuple[str, ...]
+    image_shape: tuple[int, int, int] | None
+    vlm: VLMSizes = field(default_factory=VLMSizes)
+    chunk_size: int = 50
+    n_action_steps: int = 50
+    max_state_dim: int = 32
+    max_action_dim: int = 32
+    resize_imgs_with_padding: tuple[int, int] | None = (512, 512)
+    tokenizer_max_length: int = 48
+    num_steps: int = 10
+    attention_mode: str = "cross_attn"
+    num_expert_layers: int = -1
+    num_vlm_layers: int = 16
+    self_attn_every_n_layers: int = 2
+    expert_width_multiplier: float = 0.75
+    min_period: float = 4e-3
+    max_period: float = 4.0
+    seed: int = 0                        # noise seed written at every episode start (reset)
+
+    @property
+    def expert_hidden(self) -> int:
+        return int(self.vlm.text_hidden * self.expert_width_multiplier)
+
+    @property
+    def n_expert_layers(self) -> int:
+        return self.num_expert_layers if self.num_expert_layers > 0 else self.num_vlm_layers
+
+    def is_self_attn(self, layer: int) -> bool:
+        """Whether (VLM / expert) layer ``layer`` attends to itself rather than only to the prefix."""
+        return "cross" not in self.attention_mode or (
+            self.self_attn_every_n_layers > 0 and layer % self.self_attn_every_n_layers == 0)
+
+    @property
+    def prefix_capacity(self) -> int:
+        """Prefix rows: every camera's image tokens, the instruction at its maximum length, the state."""
+        return len(self.cameras) * self.vlm.image_tokens + self.tokenizer_max_length + 1
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: LeRobotCheckpoint, vlm: VLMSizes, tokenizer: TokenizerSettings) -> SmolVLAConfig:
+        c = ckpt.config
+        for flag, why in (("adapt_to_pi_aloha", "the Aloha joint/gripper conversions"),
+                          ("use_delta_joint_actions_aloha", "delta joint actions"),
+                          ("add_image_special_tokens", "image special tokens around image features")):
+            if c.get(flag):
+                raise InvalidArgument(f"SmolVLA with {flag}=true ({why}) is not supported")
+        if int(c.get("n_obs_steps", 1)) != 1:
+            raise InvalidArgument("SmolVLA supports n_obs_steps == 1 only")
+        if STATE not in ckpt.input_features:
+            raise InvalidArgument(f"{ckpt.path}/config.json: SmolVLA needs an {STATE!r} input")
+        real = {k: v for k, v in ckpt.input_features.items() if not k.startswith(EMPTY_CAMERA)}
+        io = PolicyIO.from_checkpoint(
+            LeRobotCheckpoint(ckpt.path, c, {}, ckpt.normalize, ckpt.unnormalize, real, ckpt.output_features), "SmolVLA")
+        if not io.cameras:
+            raise InvalidArgument(f"{ckpt.path}/config.json: SmolVLA needs at least one camera")
+        names = ("chunk_size", "n_action_steps", "max_state_dim", "max_action_dim", "num_steps", "attention_mode",
+                 "num_expert_layers", "num_vlm_layers", "self_attn_every_n_layers", "expert_width_multiplier",
+                 "min_period", "max_period")
+        fields = {k: c[k] for k in names if k in c}
+        resize = c.get("resize_imgs_with_padding", (512, 512))
+        cfg = cls(**asdict(io), vlm=vlm, resize_imgs_with_padding=tuple(int(x) for x in resize) if resize else None,
+                  tokenizer_max_length=tokenizer.max_length, **fields)
+        if cfg.action_dim > cfg.max_action_dim or cfg.state_dim > cfg.max_state_dim:
+            raise InvalidArgument("SmolVLA: state/action longer than max_state_dim/max_action_dim")
+        if cfg.n_action_steps > cfg.chunk_size:
+            raise InvalidArgument("SmolVLA: n_action_steps must be <= chunk_size")
+        if cfg.num_vlm_layers % cfg.n_expert_layers:
+            raise InvalidArgument("SmolVLA: num_vlm_layers must be a multiple of num_expert_layers")
+        side = cfg.resize_imgs_with_padding or cfg.image_shape[1:][::-1]
+        if tuple(side) != (vlm.image_size, vlm.image_size):
+            raise InvalidArgument(f"SmolVLA: images reach the vision encoder at {tuple(side)} (width, height); "
+                                  f"the VLM expects {vlm.image_size}x{vlm.image_size}")
+        return cfg
 
 
 def vlm_sizes_from_config(cfg: dict) -> VLMSizes:

@@ -19,39 +19,13 @@ action-token keys; otherwise it is a *cross-attention* layer: it projects the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import VLMSizes
 from flashrt_ros.models.llama import RMSNorm
-
-
-@dataclass(frozen=True)
-class VLMSizes:
-    """The SmolVLM config fields that shape SmolVLA (read from the VLM's ``config.json``)."""
-
-    text_hidden: int = 960
-    text_heads: int = 15
-    text_kv_heads: int = 5
-    head_dim: int = 64
-    text_intermediate: int = 2560
-    rms_norm_eps: float = 1e-5
-    vocab_size: int = 49280
-    vision_hidden: int = 768
-    vision_heads: int = 12
-    vision_intermediate: int = 3072
-    vision_layers: int = 12
-    patch_size: int = 16
-    image_size: int = 512
-    vision_eps: float = 1e-6
-    vision_act: str = "gelu_pytorch_tanh"
-    scale_factor: int = 4
-
-    @property
-    def image_tokens(self) -> int:
-        return (self.image_size // self.patch_size) ** 2 // self.scale_factor ** 2
 
 
 def expert_intermediate(hidden: int, ffn_multiplier: int = 4, multiple_of: int = 256) -> int:
