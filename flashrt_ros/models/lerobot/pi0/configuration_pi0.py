@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from flashrt_ros.models.lerobot.checkpoint import PREPROCESSOR, LeRobotCheckpoint, PolicyIO
 from flashrt_ros.models.lerobot.pi0.gemma import GEMMA_VARIANTS, GemmaSizes
-from flashrt_ros.models.lerobot.pi0.pi0_net import VisionSizes
+from flashrt_ros.models.lerobot.siglip import SiglipSizes
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings
 from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -35,7 +35,7 @@ class PI0Config:
     image_shape: tuple[int, int, int] | None
     vlm: GemmaSizes = GEMMA_VARIANTS["gemma_2b"]
     expert: GemmaSizes = GEMMA_VARIANTS["gemma_300m"]
-    vision: VisionSizes = field(default_factory=VisionSizes)
+    vision: SiglipSizes = field(default_factory=SiglipSizes)
     chunk_size: int = 50
     n_action_steps: int = 50
     max_state_dim: int = 32
@@ -124,13 +124,13 @@ def _prompt_state_dim(ckpt: LeRobotCheckpoint) -> int:
     return 32
 
 
-def _sizes(ckpt: LeRobotCheckpoint) -> tuple[GemmaSizes, GemmaSizes, VisionSizes]:
+def _sizes(ckpt: LeRobotCheckpoint) -> tuple[GemmaSizes, GemmaSizes, SiglipSizes]:
     """The published variants named in config.json, or ``pi_sizes.json`` beside the checkpoint."""
     path = ckpt.path / SIZES_FILE
     if path.is_file():
         raw = json.loads(path.read_text())
         try:
-            return (GemmaSizes(**raw["paligemma"]), GemmaSizes(**raw["action_expert"]), VisionSizes(**raw["vision"]))
+            return (GemmaSizes(**raw["paligemma"]), GemmaSizes(**raw["action_expert"]), SiglipSizes(**raw["vision"]))
         except (KeyError, TypeError) as exc:
             raise InvalidArgument(f"{path}: needs 'paligemma', 'action_expert' and 'vision' sizes ({exc})") from None
     out = []
@@ -139,4 +139,4 @@ def _sizes(ckpt: LeRobotCheckpoint) -> tuple[GemmaSizes, GemmaSizes, VisionSizes
         if variant not in GEMMA_VARIANTS:
             raise InvalidArgument(f"{ckpt.path}/config.json: {key} {variant!r} is not one of {sorted(GEMMA_VARIANTS)}")
         out.append(GEMMA_VARIANTS[variant])
-    return out[0], out[1], VisionSizes()
+    return out[0], out[1], SiglipSizes()

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO
+from flashrt_ros.models.lerobot.siglip import SiglipSizes
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings
 from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -45,6 +46,12 @@ class VLMSizes:
     @property
     def image_tokens(self) -> int:
         return (self.image_size // self.patch_size) ** 2 // self.scale_factor ** 2
+
+    @property
+    def siglip(self) -> SiglipSizes:
+        """The vision tower's sizes (the ``vision_*`` fields mirror SmolVLM's ``vision_config``)."""
+        return SiglipSizes(hidden=self.vision_hidden, intermediate=self.vision_intermediate, layers=self.vision_layers,
+                           heads=self.vision_heads, patch_size=self.patch_size, eps=self.vision_eps)
 
 
 @dataclass(frozen=True)
