@@ -47,17 +47,17 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, feature_specs, jsonable
+from flashrt_ros.models.lerobot.flow_time import flow_time_embeddings
 from flashrt_ros.models.lerobot.instruction import LanguageInstruction
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.pi0.configuration_pi0 import PALIGEMMA_TOKENIZER, PI0Config
 from flashrt_ros.models.lerobot.pi0.gemma import gqa_attention
 from flashrt_ros.models.lerobot.pi0.pi0_net import PiModel
 from flashrt_ros.models.lerobot.pi0.processor_pi05 import StatePrompt
-from flashrt_ros.models.lerobot.smolvla.smolvla_net import sinusoidal_time
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
 from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
-from flashrt_ros.models.rtc import flow_times, integrate_flow
+from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.ops.rope import rope_inv_freq
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -109,10 +109,8 @@ class PI0Policy(LanguageInstruction, PolicyModule):
                              max_state_dim=cfg.max_state_dim, max_action_dim=cfg.max_action_dim)
         self.norm = PolicyNormalization(ckpt)
         self.prompt = StatePrompt(self.tokenizer(), cfg.tokenizer_max_length, cfg.state_width) if cfg.pi05 else None
-        # the Euler times 1, 1 - 1/K, ... as LeRobot forms them (float32), embedded in float64 once
-        times = torch.tensor(flow_times(cfg.num_inference_steps), dtype=torch.float32)
-        self.register_buffer("time_embeddings", sinusoidal_time(times.to(torch.float64), cfg.expert.width,
-                                                                cfg.min_period, cfg.max_period), persistent=False)
+        self.register_buffer("time_embeddings", flow_time_embeddings(cfg.num_inference_steps, cfg.expert.width,
+                                                                     cfg.min_period, cfg.max_period), persistent=False)
         # the expert's own attention: π0's state token (block 1) sees itself, the actions (block 2) see
         # the state and each other; π0.5's actions see each other
         blocks = torch.tensor(([] if cfg.pi05 else [1]) + [2] * cfg.chunk_size)

@@ -34,13 +34,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, feature_specs, jsonable
+from flashrt_ros.models.lerobot.flow_time import flow_time_embeddings
 from flashrt_ros.models.lerobot.instruction import LanguageInstruction
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import PUBLISHED_VLM, SmolVLAConfig, vlm_sizes
-from flashrt_ros.models.lerobot.smolvla.smolvla_net import VLMWithExpert, attention, rope, sinusoidal_time
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import VLMWithExpert, attention, rope
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
 from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
-from flashrt_ros.models.rtc import flow_times, integrate_flow
+from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -93,10 +94,8 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         self.model.action_time_mlp_in = nn.Linear(2 * e, e)
         self.model.action_time_mlp_out = nn.Linear(e, e)
         self.norm = PolicyNormalization(ckpt)
-        # the Euler times 1, 1 - 1/K, ... as LeRobot forms them (float32), embedded in float64 once
-        times = torch.tensor(flow_times(cfg.num_steps), dtype=torch.float32)
-        self.register_buffer("time_embeddings", sinusoidal_time(times.to(torch.float64), e, cfg.min_period,
-                                                                cfg.max_period), persistent=False)
+        self.register_buffer("time_embeddings", flow_time_embeddings(cfg.num_steps, e, cfg.min_period, cfg.max_period),
+                             persistent=False)
         self.set_default_instruction(instruction)
 
     # --- contract ---------------------------------------------------------------------

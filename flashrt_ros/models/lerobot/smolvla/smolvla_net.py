@@ -18,8 +18,6 @@ action-token keys; otherwise it is a *cross-attention* layer: it projects the
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -180,11 +178,3 @@ class VLMWithExpert(nn.Module):
         super().__init__()
         self.vlm = VLM(s, n_vlm_layers)
         self.lm_expert = Expert(s, expert_hidden, n_expert_layers, cross)
-
-
-def sinusoidal_time(t: Tensor, dim: int, min_period: float, max_period: float) -> Tensor:
-    """LeRobot's ``create_sinusoidal_pos_embedding`` in float64: ``t (B,)`` -> ``(B, dim)``."""
-    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
-    period = min_period * (max_period / min_period) ** fraction
-    x = (1.0 / period * 2 * math.pi)[None, :] * t[:, None]
-    return torch.cat([torch.sin(x), torch.cos(x)], dim=1)
