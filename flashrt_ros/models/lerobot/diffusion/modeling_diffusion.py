@@ -33,7 +33,7 @@ from flashrt_ros.models.lerobot.diffusion.diffusion_net import DiffusionNet
 from flashrt_ros.models.lerobot.diffusion.schedulers import reverse_step, reverse_steps
 from flashrt_ros.models.lerobot.layout import lay_out_convs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue
+from flashrt_ros.models.policy_interface import RNG_PLANS, RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -53,7 +53,7 @@ class DiffusionPolicy(PolicyModule):
     QUEUE = "policy.diffusion.queue"
     LEFT = "policy.diffusion.queue_left"
     RNG_SEED = RNG_SEED
-    PLANS = "policy.rng.plans"
+    PLANS = RNG_PLANS
     NOISE = "noise.diffusion"     # input feature after ``noise_from_input()``: a plan's draws, flattened
 
     def __init__(self, cfg: DiffusionConfig, ckpt: LeRobotCheckpoint | None = None) -> None:

@@ -48,14 +48,14 @@ from torch import Tensor
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, feature_specs, jsonable
 from flashrt_ros.models.lerobot.flow_time import flow_time_embeddings
-from flashrt_ros.models.lerobot.instruction import LanguageInstruction
+from flashrt_ros.models.lerobot.instruction import LanguageInstruction, PrefixedName
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.pi0.configuration_pi0 import PALIGEMMA_TOKENIZER, PI0Config
 from flashrt_ros.models.lerobot.pi0.gemma import gqa_attention
 from flashrt_ros.models.lerobot.pi0.pi0_net import PiModel
 from flashrt_ros.models.lerobot.pi0.processor_pi05 import StatePrompt
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
+from flashrt_ros.models.policy_interface import ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.ops.counter_rng import normal
@@ -79,18 +79,9 @@ def resize_with_pad(img: Tensor, height: int, width: int) -> Tensor:
 class PI0Policy(LanguageInstruction, PolicyModule):
     """A LeRobot π0 or π0.5 checkpoint as a ``PolicyModule`` (see the module doc for its state)."""
 
-    PREFIX = "policy.pi0."
-    KEY = PREFIX + "kv.k."
-    VALUE = PREFIX + "kv.v."
-    PREFIX_LEN = PREFIX + "prefix_len"
-    IMAGES = PREFIX + "images"
-    STATE_VEC = PREFIX + "state"
-    LANG = PREFIX + "lang_tokens"
-    LANG_LEN = PREFIX + "lang_len"
-    QUEUE = PREFIX + "queue"
-    LEFT = PREFIX + "queue_left"
-    RNG_SEED = RNG_SEED
-    PLANS = "policy.rng.plans"
+    PREFIX = "policy.pi0."            # the buffer names (``KEY``, ``QUEUE``, ...): ``LanguageInstruction``
+    IMAGES = PrefixedName("images")
+    STATE_VEC = PrefixedName("state")
     #: checkpoint weights inference never reads (the two language heads); accepted when present
     OPTIONAL_WEIGHTS = ("model.paligemma_with_expert.paligemma.lm_head.weight",
                         "model.paligemma_with_expert.gemma_expert.lm_head.weight")

@@ -40,7 +40,7 @@ from flashrt_ros.models.lerobot.normalize import PolicyNormalization
 from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import PUBLISHED_VLM, SmolVLAConfig, vlm_sizes
 from flashrt_ros.models.lerobot.smolvla.smolvla_net import VLMWithExpert, attention, rope
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
+from flashrt_ros.models.policy_interface import ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
 from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
@@ -60,16 +60,7 @@ def resize_with_pad(img: Tensor, width: int, height: int) -> Tensor:
 class SmolVLAPolicy(LanguageInstruction, PolicyModule):
     """A LeRobot SmolVLA checkpoint as a ``PolicyModule`` (see the module doc for its state)."""
 
-    PREFIX = "policy.smolvla."
-    KEY = PREFIX + "kv.k."
-    VALUE = PREFIX + "kv.v."
-    PREFIX_LEN = PREFIX + "prefix_len"
-    LANG = PREFIX + "lang_tokens"
-    LANG_LEN = PREFIX + "lang_len"
-    QUEUE = PREFIX + "queue"
-    LEFT = PREFIX + "queue_left"
-    RNG_SEED = RNG_SEED
-    PLANS = "policy.rng.plans"
+    PREFIX = "policy.smolvla."        # the buffer names (``KEY``, ``QUEUE``, ...): ``LanguageInstruction``
     #: checkpoint weights inference never reads; accepted when present, not required
     OPTIONAL_WEIGHTS = ("model.vlm_with_expert.vlm.lm_head.weight",)
     #: a VLM with tied embeddings is saved with only ``lm_head`` (safetensors keeps the first name in order)
