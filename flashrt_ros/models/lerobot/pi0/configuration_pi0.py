@@ -17,7 +17,6 @@ from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings
 from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.runtime.errors import InvalidArgument
 
-EMPTY_CAMERA = "observation.images.empty_camera_"
 PALIGEMMA_TOKENIZER = "google/paligemma-3b-pt-224"
 #: optional file beside a checkpoint of other than the published sizes (the tests' reduced ones)
 SIZES_FILE = "pi_sizes.json"
@@ -83,14 +82,8 @@ class PI0Config:
                                   "engine's replan rtc (rtc_* parameters), not a checkpoint setting")
         if STATE not in ckpt.input_features:
             raise InvalidArgument(f"{ckpt.path}/config.json: {name} needs an {STATE!r} input")
-        # empty cameras are masked out of LeRobot's prefix: leaving them out gives the same actions;
-        # π reads no environment state (LeRobot ignores it too)
-        real = {k: v for k, v in ckpt.input_features.items()
-                if not k.startswith(EMPTY_CAMERA) and v[0] in ("STATE", "VISUAL")}
-        io = PolicyIO.from_checkpoint(
-            LeRobotCheckpoint(ckpt.path, c, {}, ckpt.normalize, ckpt.unnormalize, real, ckpt.output_features), name)
-        if not io.cameras:
-            raise InvalidArgument(f"{ckpt.path}/config.json: {name} needs at least one camera")
+        # state and cameras only: π reads no environment state (LeRobot ignores it too)
+        io = PolicyIO.from_vla_checkpoint(ckpt, name, kinds=("STATE", "VISUAL"))
         resolution = tuple(int(x) for x in c.get("image_resolution", (224, 224)))
         if resolution[0] != resolution[1]:
             raise InvalidArgument(f"{name}: image_resolution must be square (PaliGemma), got {resolution}")

@@ -19,7 +19,6 @@ from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.runtime.errors import InvalidArgument
 
 PUBLISHED_VLM = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
-EMPTY_CAMERA = "observation.images.empty_camera_"
 
 
 @dataclass(frozen=True)
@@ -110,11 +109,7 @@ class SmolVLAConfig:
             raise InvalidArgument("SmolVLA supports n_obs_steps == 1 only")
         if STATE not in ckpt.input_features:
             raise InvalidArgument(f"{ckpt.path}/config.json: SmolVLA needs an {STATE!r} input")
-        real = {k: v for k, v in ckpt.input_features.items() if not k.startswith(EMPTY_CAMERA)}
-        io = PolicyIO.from_checkpoint(
-            LeRobotCheckpoint(ckpt.path, c, {}, ckpt.normalize, ckpt.unnormalize, real, ckpt.output_features), "SmolVLA")
-        if not io.cameras:
-            raise InvalidArgument(f"{ckpt.path}/config.json: SmolVLA needs at least one camera")
+        io = PolicyIO.from_vla_checkpoint(ckpt, "SmolVLA")
         names = ("chunk_size", "n_action_steps", "max_state_dim", "max_action_dim", "num_steps", "attention_mode",
                  "num_expert_layers", "num_vlm_layers", "self_attn_every_n_layers", "expert_width_multiplier",
                  "min_period", "max_period")
