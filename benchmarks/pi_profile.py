@@ -13,11 +13,11 @@ by stage. Two measurements, both on a policy already on the GPU:
 """
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 
 import torch
 
+from benchmarks.timing import graph_ms
 from flashrt_ros.engine.policy_engine import PolicyEngine
 
 
@@ -44,27 +44,6 @@ def kernel_table(policy, observation: dict, top: int = 15) -> dict:
             "top": [{"name": k[:120], "count": n, "ms": round(ms, 4)} for ms, n, k in rows[:top]]}
 
 
-def _graph_ms(fn, reps: int = 20) -> float:
-    """Median device ms of ``fn`` captured as one CUDA graph (warmed up on a side stream first)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def stage_times(policy, observation: dict) -> dict:
     """Device ms of each stage of a ``fast`` plan, each captured and replayed on its own."""
     if getattr(policy, "numerics", "exact") != "fast":
@@ -75,10 +54,10 @@ def stage_times(policy, observation: dict) -> dict:
         obs = {k: v.cuda() for k, v in observation.items()}
         engine.step(obs)
         counter = arena[policy.PLANS]
-        return {"vision_ms": _graph_ms(lambda: fast.encode(policy, obs, arena)),
-                "prefix_ms": _graph_ms(lambda: fast.prefill(policy, arena)),
-                "denoise_ms": _graph_ms(lambda: fast.denoise(policy, arena, counter)),
-                "expert_step_ms": _graph_ms(lambda: fast.denoise(policy, arena, counter, steps=1)),
+        return {"vision_ms": graph_ms(lambda: fast.encode(policy, obs, arena), repeat=1, reps=20),
+                "prefix_ms": graph_ms(lambda: fast.prefill(policy, arena), repeat=1, reps=20),
+                "denoise_ms": graph_ms(lambda: fast.denoise(policy, arena, counter), repeat=1, reps=20),
+                "expert_step_ms": graph_ms(lambda: fast.denoise(policy, arena, counter, steps=1), repeat=1, reps=20),
                 "steps": policy.cfg.num_inference_steps}
     finally:
         engine.close()
