@@ -36,7 +36,7 @@ def top_kernels(engine: PolicyEngine, n: int = 12) -> list[dict]:
     from torch.profiler import ProfilerActivity, profile
     saved = engine.arena.block.clone()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        engine._step_body(True if engine._queue is not None else None)
+        engine.bodies.step_body(True if engine.bodies.queue is not None else None)
         torch.cuda.synchronize()
     engine.arena.block.copy_(saved)
     rows = []
@@ -54,7 +54,7 @@ def measure(kind: str, directory: Path, dtype: torch.dtype, variant: str, tmp: P
     with fast_kernels(variant != "unfused_group_norm"):
         engine = PolicyEngine(policy, device="cuda", cuda_graph=True, directory=str(tmp))
     out = {"policy": kind, "dtype": str(dtype).removeprefix("torch."), "variant": variant}
-    runners = engine._runners
+    runners = engine.bodies.steps
     if True in runners:
         out["replan_graph_ms"] = replay_ms(runners[True].graph)
         out["pop_graph_ms"] = replay_ms(runners[False].graph, 200)

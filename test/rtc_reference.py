@@ -66,8 +66,8 @@ def engine_run(engine: Any, observations: list[dict]) -> tuple[list[torch.Tensor
     the queue's actions still to run after every step, and how many plans it launched (the last may
     not be merged by the last step); closes the engine."""
     from flashrt_ros.engine.chunk_planner import COPY
-    policy, planner = engine.policy, engine._planner
-    refill = engine._queue.refill
+    policy, planner = engine.policy, engine.schedule.planner
+    refill = engine.bodies.queue.refill
     chunks: list[torch.Tensor] = []
     collect = planner.collect
 

@@ -58,7 +58,7 @@ def test_a_merge_late_by_more_than_the_lookahead_queues_what_is_left(tmp_path):
         chunk0 = policy.norm.action(policy.predict_chunk(obs[0]).float())
     # after step 0 four are left (<= 5): launched from obs 0, due at step 0 + min(5, 5) = 5, at its action 5
     assert all(torch.equal(actions[t], chunk0[t]) for t in range(8))
-    assert e.replan_status()["merged"] == 1 and e._left.get() == 0
+    assert e.replan_status()["merged"] == 1 and e.schedule.left.get() == 0
 
 
 def test_a_delay_longer_than_a_merged_chunk_lasts_is_reported(tmp_path):
@@ -163,7 +163,7 @@ def test_a_late_plan_lets_the_old_queue_run_then_holds_and_merges_where_the_robo
     status = e.replan_status()
     assert status["late"] == 1 and status["held"] == 2 and status["merged"] == 0
     release.set()
-    wait_until(e._planner.done, 60, "the released plan to finish")
+    wait_until(e.schedule.planner.done, 60, "the released plan to finish")
     assert torch.equal(e.step(obs[7]), new[2])
     assert e.replan_status()["merged"] == 1
 
@@ -184,11 +184,11 @@ def test_a_dry_queue_with_nothing_coming_holds_and_plans_beside_the_loop(tmp_pat
     e = engine(policy, tmp_path, delay_steps=1, late="hold")
     obs = episode_observations(policy, 40, seed=7)
     actions = run(e, obs[:5])              # launched after step 3, late at step 4: the old queue's last action
-    assert e.drop_pending() and e._left.get() == 0
+    assert e.drop_pending() and e.schedule.left.get() == 0
     release.set()
     actions.append(e.step(obs[5]))         # dry, nothing coming: hold, plan from obs 5
     assert torch.equal(actions[5], actions[4]) and e.replan_status()["launched"] == 2
-    wait_until(e._planner.done, 60, "the released plan to finish")
+    wait_until(e.schedule.planner.done, 60, "the released plan to finish")
     actions.append(e.step(obs[6]))
     with torch.no_grad():
         fresh = policy.norm.action(predict(obs[5])[:5].float())

@@ -31,7 +31,7 @@ def test_captured_plans_on_the_side_stream_replay_eager_and_restore_bit_identica
     obs = on_cuda(episode_observations(make(), 30, seed=4))
     eager = engine(make(), tmp_path / "e", graphs=False)
     graph = engine(make(), tmp_path / "g", graphs=True)
-    assert graph._planner.runner.graph is not None and graph._planner._stream is not None
+    assert graph.schedule.planner.runner.graph is not None and graph.schedule.planner._stream is not None
     ref = torch.stack([eager.step(o) for o in obs])
     first = torch.stack([graph.step(o) for o in obs[:8]])
     assert int(graph.arena[ACTIVE]) == 1, "a plan is in flight at the snapshot"
@@ -88,12 +88,12 @@ def test_the_control_stream_does_not_wait_for_a_plan_in_flight(tmp_path):
     e = engine(policy, tmp_path, graphs=True, late="hold", delay_steps=2)   # launches after step 2
     for o in obs[:2]:
         e.step(o)
-    stream = e._planner._stream
+    stream = e.schedule.planner._stream
     with torch.cuda.stream(stream):
         torch.cuda._sleep(2_000_000_000)    # ~1 s of GPU cycles ahead of the next plan on its stream
     e.step(obs[2])                          # launches (queue low): the plan waits behind the spin
-    assert int(e.arena[ACTIVE]) == 1 and not e._planner.done()
+    assert int(e.arena[ACTIVE]) == 1 and not e.schedule.planner.done()
     e.step(obs[3])                          # pops from the current chunk while the plan is queued
-    assert not e._planner.done(), "the control step returned without waiting for the side stream"
+    assert not e.schedule.planner.done(), "the control step returned without waiting for the side stream"
     torch.cuda.synchronize()
     e.close()

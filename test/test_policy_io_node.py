@@ -47,7 +47,7 @@ def test_default_qos_and_best_effort_publishers_both_drive_the_policy(ros, tmp_p
 
 
 def test_stale_inputs_stop_the_policy_and_fresh_inputs_resume_it(ros, tmp_path):
-    # the node's own freshness rule (1.5 control periods), at a control period long enough that
+    # the node's own freshness rule (derived: 2.5 control periods here), at a control period long enough that
     # a loaded machine's scheduling delays do not make fresh inputs look stale
     ros.policy_node("stale", tmp_path, control_rate_hz=4.0, max_observation_age_s=0.0)
     status = _status(ros, "stale")
@@ -62,7 +62,7 @@ def test_stale_inputs_stop_the_policy_and_fresh_inputs_resume_it(ros, tmp_path):
     assert "max_observation_age_s" in status[-1].inputs_detail
     # actions stop: none for two seconds (8 control periods) ...
     wait_until(lambda: _stable(actions, len(actions), hold_s=2.0), timeout=30, what="actions to stop")
-    # ... within 2 control periods of the last observation: at most 2 ticks after it
+    # ... within 2.5 control periods of the last observation: at most 2 ticks after it
     # (+1 for an action already in flight when the feeder stopped)
     assert len(actions) - after_stop <= 3, (after_stop, len(actions))
     # the policy state did not advance while stale

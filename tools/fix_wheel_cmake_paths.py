@@ -1,19 +1,21 @@
 """Repoint CMake export files of the PyPI ROS wheels at this interpreter.
 
 Why: some rosidl wheels were built under /opt/python/cp311-cp311 and their
-exported CMake targets hard-code that interpreter's include directory and
+exported CMake targets hard-code that interpreter's include directory and (cp312 wheels: cp312-cp312)
 numpy's include directory; CMake's generate step refuses non-existent paths.
 We rewrite those two paths (only in ``<prefix>/share/*/cmake/*.cmake``) to the
 running interpreter's equivalents. Idempotent; prints what it changed.
 """
 from __future__ import annotations
 
+import re
 import sys
 import sysconfig
 from pathlib import Path
 
-BUILDER_PYTHON_INCLUDE = "/opt/python/cp311-cp311/include/python3.11"
-BUILDER_NUMPY_INCLUDE = "/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include"
+#: the wheel builder's interpreter (cp311, cp312, ...): its include directory and numpy's
+BUILDER_PYTHON_INCLUDE = re.compile(r"/opt/python/cp3\d+-cp3\d+/include/python3\.\d+")
+BUILDER_NUMPY_INCLUDE = re.compile(r"/opt/python/cp3\d+-cp3\d+/lib/python3\.\d+/site-packages/numpy/_core/include")
 
 
 def main(prefix: Path) -> int:
@@ -28,7 +30,7 @@ def main(prefix: Path) -> int:
         text = path.read_text()
         new = text
         for old, repl in replacements.items():
-            new = new.replace(old, repl)
+            new = old.sub(lambda _m, repl=repl: repl, new)
         if new != text:
             path.write_text(new)
             changed += 1

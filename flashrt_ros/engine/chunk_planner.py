@@ -44,6 +44,7 @@ from typing import Any, Mapping
 import torch
 
 from flashrt_ros.engine.graphs import StepRunner
+from flashrt_ros.engine.input_staging import PinnedInputs
 from flashrt_ros.engine.stats import percentile
 from flashrt_ros.models.policy_interface import ActionQueue, Guidance, PolicyModule
 from flashrt_ros.models.rtc import SCHEDULES, prefix_weights
@@ -59,7 +60,8 @@ AHEAD = "async.ahead"       # the pending plan's actions after its queued ones
 @dataclass(frozen=True)
 class ReplanConfig:
     """How chunks are planned: ``sync`` (in the step that empties the queue), ``async`` (beside the
-    loop, replacing or blending), ``rtc`` (async with Real-Time Chunking guidance)."""
+    loop, replacing or blending), ``rtc`` (async with Real-Time Chunking guidance), ``auto`` (resolved
+    to sync or async when the engine is built: ``replan_choice``)."""
 
     mode: str = "sync"
     delay_steps: int = 0          # > 0: the merge delay in control steps; 0: from the measured turnaround
@@ -69,6 +71,7 @@ class ReplanConfig:
     rtc_schedule: str = "linear"  # RTCConfig.prefix_attention_schedule: zeros | ones | linear | exp
     rtc_max_weight: float = 10.0  # RTCConfig.max_guidance_weight
     late: str = "hold"            # a plan not done when due: hold the last command (real time) | wait (exact)
+    chosen: str = ""              # mode auto: what it resolved to and why (``replan_choice``)
 
     def checked(self) -> "ReplanConfig":
         if self.mode not in MODES:
@@ -129,12 +132,14 @@ class ChunkPlanner:
         self.runner = StepRunner(self._body, self.private, enabled=cuda_graph, pool=pool)
         self.planned = planned_buffers(queue)
         self.turnaround_s: deque[float] = deque(maxlen=64)
+        self.spans: deque[tuple[float, float]] = deque(maxlen=4096)   # (start, end) of each plan on a CPU worker
         self.busy = False                # a plan was launched and its end not yet seen
         self.owner: Any = None           # what launched it (the engine's state version + launch position)
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._started = self._finished = 0.0
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._staging = PinnedInputs(self.inputs) if self._stream is not None else None
         self._events: tuple[Any, Any] | None = None
         self._wake = threading.Condition()
         self._job = False
@@ -170,9 +175,13 @@ class ChunkPlanner:
         """Start planning from the live state as it is now (after a step) and that step's ``inputs``;
         ``leftover``: the old chunk's actions from the launching step's on (RTC's target: the chunk's
         action 0 is for that step; LeRobot keeps the horizon within the leftover)."""
-        self.private.block.copy_(self.live.block)
-        for name, value in inputs.items():
-            self.inputs[name].copy_(value, non_blocking=True)
+        staged = None
+        if self._staging is None:                  # a CPU worker: plain copies (the arena and one observation)
+            self.private.block.copy_(self.live.block)
+            for name, value in inputs.items():
+                self.inputs[name].copy_(value, non_blocking=True)
+        else:                                      # CUDA: a memcpy into pinned memory; the device copies below
+            staged = self._staging.stage(inputs)
         leftover = min(leftover, self.queue.refill)
         self.guide_left.fill_(leftover)
         if self.cfg.mode == "rtc":
@@ -183,11 +192,19 @@ class ChunkPlanner:
         self._started = time.perf_counter()
         if self._stream is not None:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self._stream.wait_stream(torch.cuda.current_stream(self.device))
+            current = torch.cuda.current_stream(self.device)
+            self._stream.wait_stream(current)
             with torch.cuda.stream(self._stream):
                 start.record()
+                # the state and the observation of this step, copied on the side stream: the control step
+                # queues them and goes on; the next step's writes to the live arena wait for the read
+                self.private.block.copy_(self.live.block, non_blocking=True)
+                self._staging.copy_to(staged, inputs, self.inputs, self._stream)
+                read = torch.cuda.Event()
+                read.record()
                 self.runner()
                 end.record()
+            current.wait_event(read)
             self._events = (start, end)
         else:
             with self._wake:
@@ -228,6 +245,7 @@ class ChunkPlanner:
             self._events = None
         elif self._error is None:
             self.turnaround_s.append(self._finished - self._started)
+            self.spans.append((self._started, self._finished))
         if self._error is not None:
             error, self._error = self._error, None
             raise error

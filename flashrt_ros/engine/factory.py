@@ -54,7 +54,8 @@ def capsule_directory(path: str) -> Path:
 
 
 def replan_config(config: Any) -> "ReplanConfig":
-    """The policy engine's replanning settings from the node's parameters (sync when it has none)."""
+    """The policy engine's replanning settings from the node's parameters (sync when it has none; ``auto``
+    is resolved when the engine is built: ``replan_choice``)."""
     from flashrt_ros.engine.chunk_planner import ReplanConfig
     mode = getattr(config, "replan", "sync")
     if mode == "sync":
@@ -65,8 +66,10 @@ def replan_config(config: Any) -> "ReplanConfig":
                         rtc_max_weight=config.rtc_max_guidance_weight)
 
 
-def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLMEngine", "PolicyEngine"]:
-    """Construct the engine for a NodeConfig (loads weights, allocates the arena)."""
+def build_engine(config: Any, log: Callable[[str], None] = print, *,
+                 lockstep: bool = False) -> Union["LLMEngine", "PolicyEngine"]:
+    """Construct the engine for a NodeConfig (loads weights, allocates the arena); ``lockstep``: the policy
+    steps once per observation (``control_trigger: inputs``), so ``replan: auto`` plans in the step."""
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     directory = capsule_directory(config.capsule_directory)
@@ -118,9 +121,13 @@ def build_engine(config: Any, log: Callable[[str], None] = print) -> Union["LLME
             if not hasattr(policy, "set_default_instruction"):
                 raise InvalidArgument(f"policy_instruction: {type(policy).__name__} takes no language instruction")
             policy.set_default_instruction(config.policy_instruction)
+        from flashrt_ros.engine.replan_choice import choose_replan
+        replan = choose_replan(policy, device, replan_config(config), lockstep=lockstep)
+        if replan.chosen:
+            log(f"replan {replan.chosen}")
         engine = PolicyEngine(policy, device=device, directory=str(directory),
                               rollback_depth=config.rollback_depth, default_tier=config.default_tier,
                               cuda_graph=device.type == "cuda", gate_timeout_s=config.boundary_timeout_s,
-                              replan=replan_config(config), **budgets)
+                              replan=replan, **budgets)
         return engine
     raise InvalidArgument(f"engine_kind must be llm or policy (got {config.engine_kind!r})")

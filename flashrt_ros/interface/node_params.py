@@ -59,11 +59,13 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("boundary_timeout_s", 5.0, "How long a service waits for the engine to reach a "
              "committed boundary before answering TIMEOUT.", True, float_range=(0.01, 600.0)),
     CONTROL_RATE_HZ,
-    ParamDef("replan", "sync", "How a chunking policy plans its next chunk: sync (in the step that empties "
-             "the queue: that step waits for the network), async (beside the control loop, merged "
-             "replan_delay_steps later; the control step only pops), rtc (async with Real-Time Chunking "
-             "guidance toward the leftover of the current chunk; flow-matching policies: SmolVLA, π0, π0.5). "
-             "docs/robot_io.md, 'Replanning beside the loop'.", True, choices=("sync", "async", "rtc")),
+    ParamDef("replan", "auto", "How a chunking policy plans its next chunk: auto (async when a replan, timed "
+             "on configure, takes over a quarter of a control period and the policy can plan beside the loop; else "
+             "sync; always sync with control_trigger inputs), sync (in the step that empties the queue: that "
+             "step waits for the network), async (beside the control loop, merged replan_delay_steps later; "
+             "the control step only pops), rtc (async with Real-Time Chunking guidance toward the leftover of "
+             "the current chunk; flow-matching policies: SmolVLA, π0, π0.5). docs/robot_io.md, 'Replanning "
+             "beside the loop'.", True, choices=("auto", "sync", "async", "rtc")),
     ParamDef("replan_delay_steps", 0, "async / rtc: control steps from a plan's launch to its merge "
              "(0: from the measured turnaround, plus one period).", True, int_range=(0, 10000)),
     ParamDef("replan_blend_steps", 0, "async: blend the old chunk into the new over this many steps "

@@ -41,12 +41,16 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
              choices=("best_effort", "reliable")),
     ParamDef("output_qos_depth", 10, "History depth of the command publisher.", True,
              int_range=(1, 1000)),
-    ParamDef("max_observation_age_s", 0.0, "An input older than this stops the policy (0 = 1.5 "
-             "control periods).", True, float_range=(0.0, 3600.0)),
+    ParamDef("max_observation_age_s", 0.0, "An input older than this stops the policy (0 = derived per "
+             "input: 2.5 control periods, or 2.5 of the input's measured period when longer; /diagnostics "
+             "reports it).", True, float_range=(0.0, 3600.0)),
     ParamDef("sync_tolerance_s", 0.0, "Largest spread of the stamps of one tick's inputs (header "
              "stamp, else receipt time; 0 = no check).", True, float_range=(0.0, 3600.0)),
     ParamDef("hold_command", [], "Command published on every stale tick (empty = publish "
              "nothing).", True, array_of=float),
+    ParamDef("control_thread_priority", 50, "control_trigger timer: the control loop's own thread runs "
+             "SCHED_FIFO at this priority where the OS permits it, else at the lowest nice value it permits "
+             "(0 = the default priority); /diagnostics reports what was possible.", True, int_range=(0, 99)),
     ParamDef("control_trigger", "timer", "timer: step at control_rate_hz on the latest inputs; "
              "inputs: step once per new set of inputs (lock-step with a simulator).", True,
              choices=("timer", "inputs")),
@@ -74,3 +78,4 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
 #: Typed values of ``ROBOT_IO_PARAMS`` (arrays as tuples); every default is the table's.
 RobotIOConfig = config_class("RobotIOConfig", ROBOT_IO_PARAMS,
                              "Typed values of the robot I/O parameters (``ROBOT_IO_PARAMS``).", defaults=True)
+

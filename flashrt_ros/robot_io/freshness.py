@@ -5,11 +5,19 @@ as if nothing happened. So every tick takes the *latest* sample of every
 required input and refuses to step when
 
 * an input has never arrived, or
-* an input's latest sample was received more than ``max_age_s`` ago
+* an input's latest sample was received more than its age limit ago
   (receipt time on this machine's monotonic clock: no clock sync needed), or
 * the samples do not belong together: their capture stamps (the header stamp
   where the message has one, else the receipt time) spread over more than
   ``sync_tolerance_s`` (0 = no such check).
+
+The age limit is ``max_age_s`` when one is given. Without one (0) it is derived
+per input so that it flags only data that really are late: 2.5 control
+periods, or 2.5 of the input's own measured period (the median interval
+between its last 32 receipts) when that is longer; before an input's second
+sample, 2.5 control periods or 0.5 s. A fixed 1.5 control periods flapped stale
+with sensors at the control rate: one frame later than half a period stopped
+the robot.
 
 With ``require_new`` a tick also waits until every input has a sample it has
 not stepped on yet (lock-step with a simulator: one step per observation).
@@ -18,8 +26,15 @@ Thread-safe: subscriptions put, the control tick takes.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+#: the derived age limit, in control periods and in measured input periods
+AGE_PERIODS = 2.5
+#: the derived limit of an input whose period is not measured yet (one sample) is at least this
+UNMEASURED_AGE_S = 0.5
+INTERVALS_KEPT = 32
 
 
 @dataclass
@@ -46,13 +61,22 @@ class Take:
 class LatestInputs:
     """Latest sample per input name; ``take`` applies the freshness and sync rules."""
 
-    def __init__(self, names: Sequence[str], max_age_s: float, sync_tolerance_s: float = 0.0) -> None:
+    def __init__(self, names: Sequence[str], max_age_s: float, sync_tolerance_s: float = 0.0, *,
+                 control_period_s: float = 0.0) -> None:
+        """``max_age_s`` > 0: a fixed limit; 0: derived per input from ``control_period_s`` (> 0) and
+        the input's measured period."""
         if not names:
             raise ValueError("at least one input is required")
-        if max_age_s <= 0:
-            raise ValueError("max_age_s must be > 0")
+        if max_age_s < 0 or (max_age_s == 0 and control_period_s <= 0):
+            raise ValueError("max_age_s must be > 0, or 0 with a control period > 0 (derived)")
         self.names = list(names)
         self.max_age_s, self.sync_tolerance_s = float(max_age_s), float(sync_tolerance_s)
+        self.derived = max_age_s == 0
+        self._floor = AGE_PERIODS * control_period_s
+        self._limits = {n: self.max_age_s if not self.derived else max(self._floor, UNMEASURED_AGE_S)
+                        for n in self.names}
+        self._intervals: dict[str, deque[float]] = {n: deque(maxlen=INTERVALS_KEPT) for n in self.names}
+        self._periods: dict[str, float] = {}
         self._latest: dict[str, Sample] = {}
         self._serials = {n: 0 for n in self.names}
         self._taken: dict[str, int] = {}
@@ -60,9 +84,32 @@ class LatestInputs:
 
     def put(self, name: str, value: Any, received_s: float, stamp_s: float | None = None) -> None:
         with self._lock:
+            previous = self._latest.get(name)
+            if previous is not None and received_s > previous.received_s:
+                self._measure(name, received_s - previous.received_s)
             self._serials[name] += 1
             self._latest[name] = Sample(value, received_s, received_s if stamp_s is None else stamp_s,
                                         self._serials[name])
+
+    def _measure(self, name: str, interval_s: float) -> None:
+        """One more interval between receipts of ``name``: its period (median) and, derived, its limit."""
+        kept = self._intervals[name]
+        kept.append(interval_s)
+        ordered = sorted(kept)
+        period = ordered[len(ordered) // 2]
+        self._periods[name] = period
+        if self.derived:
+            self._limits[name] = max(self._floor, AGE_PERIODS * period)
+
+    def limits(self) -> dict[str, float]:
+        """The age limit of every input now (seconds)."""
+        with self._lock:
+            return dict(self._limits)
+
+    def periods(self) -> dict[str, float]:
+        """The measured period of every input with two samples or more (seconds)."""
+        with self._lock:
+            return dict(self._periods)
 
     def discard_pending(self) -> None:
         """Count every sample held now as stepped on: only later ones are new (``require_new``)."""
@@ -88,11 +135,12 @@ class LatestInputs:
             if missing:
                 return Take(None, missing, f"no message yet on {', '.join(missing)}")
             ages = {n: now_s - self._latest[n].received_s for n in self.names}
-            stale = [n for n in self.names if ages[n] > self.max_age_s]
+            stale = [n for n in self.names if ages[n] > self._limits[n]]
             if stale:
                 worst = max(stale, key=ages.get)
-                return Take(None, stale, f"stale: {', '.join(stale)} (oldest {ages[worst]:.3f} s > "
-                                         f"max_observation_age_s {self.max_age_s:.3f} s)")
+                limit = (f"max_observation_age_s {self.max_age_s:.3f} s" if not self.derived else
+                         f"its age limit {self._limits[worst]:.3f} s, derived: max_observation_age_s 0")
+                return Take(None, stale, f"stale: {', '.join(stale)} (oldest {ages[worst]:.3f} s > {limit})")
             if require_new and any(self._latest[n].serial == self._taken.get(n) for n in self.names):
                 return Take(None, [], "waiting for new samples")
             stamps = [self._latest[n].stamp_s for n in self.names]

@@ -14,7 +14,9 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 KEYS = ("engine_kind", "model", "device", "session", "busy", "position", "boundary_id",
         "capsule_count", "arena_bytes", "live_bytes", "device_bytes", "host_bytes", "disk_bytes",
         "step_p50_ms", "step_p99_ms", "inputs_state", "inputs_detail", "policy_steps",
-        "deadline_misses", "rejected_messages", "speculative_tokens", "drafted_tokens", "accepted_tokens")
+        "deadline_misses", "rejected_messages", "speculative_tokens", "drafted_tokens", "accepted_tokens",
+        "max_observation_age_s", "input_age_limits_s", "input_periods_s", "control_priority", "control_overruns",
+        "control_gc_max_ms")
 
 
 def status_summary(kind: str, model: str, raw: Mapping[str, Any], busy: bool) -> dict[str, Any]:

@@ -130,7 +130,8 @@ class FlashRTNode(LifecycleNode):
         from flashrt_ros.engine.factory import build_engine
         t0 = time.perf_counter()
         try:
-            self._engine = build_engine(self._config, log=self.get_logger().info)
+            lockstep = read_config(self, RobotIOConfig, check=False).control_trigger == "inputs"
+            self._engine = build_engine(self._config, log=self.get_logger().info, lockstep=lockstep)
         except MemoryError as exc:
             self.get_logger().error(f"configure failed: out of memory: {exc}")
             return TransitionCallbackReturn.FAILURE

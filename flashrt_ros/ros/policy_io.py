@@ -22,9 +22,16 @@ logged once per topic and reason, and reported as ``inputs_state: error`` with
 the topic and why, the same text a waiting goal reports and, past its
 ``stale_timeout_s``, ends with (``INPUT_REJECTED``; ``robot_io.input_verdict``).
 
+The control loop (``control_trigger: timer``) runs on a thread of its own
+(``robot_io.control_thread``: a deadline clock, SCHED_FIFO where permitted, no
+GC inside a tick), not on an executor timer: nothing the executor runs can
+delay a command. It publishes from that thread; a change of the inputs' state
+wakes the executor (a guard condition), which publishes ``~/status``.
+
 One tick takes the latest sample of every input together
 (``robot_io.freshness``). Stale-data stop: if any input is missing or older than
-``max_observation_age_s`` (default 1.5 control periods), the policy is NOT
+``max_observation_age_s`` (default derived per input: 2.5 control periods, or
+2.5 of the input's measured period when longer), the policy is NOT
 stepped (its state does not advance); the tick publishes ``hold_command`` (or
 nothing when it is empty) and the state is reported on ``~/status`` and
 ``/diagnostics``; the first fresh tick steps again. The verdict is kept current
@@ -64,6 +71,7 @@ from flashrt_ros.robot_io import input_verdict
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
 from flashrt_ros.robot_io.input_verdict import InputVerdict
+from flashrt_ros.ros.control_clock import ControlClock
 from flashrt_ros.ros.policy_inputs import (RELIABILITY, input_plan, input_qos, one_error, problems_of,
                                           receipt_time)
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -78,11 +86,10 @@ class PolicyTopics:
 
     def __init__(self, node: Any, engine: Any, config: Any, io: RobotIOConfig, group: Any,
                  on_inputs_change: Callable[[], None] = lambda: None) -> None:
-        self._node, self._io, self._on_change = node, io, on_inputs_change
+        self._node, self._io = node, io
         self.engine = engine                    # the node's PolicyEngine: features, step, planned actions
         self.action_dim = int(engine.policy.action_dim)
         self.period_s = 1.0 / config.control_rate_hz
-        max_age = io.max_observation_age_s or 1.5 * self.period_s
         self.paused = False
         self.steps = 0
         self.deadline_misses = 0
@@ -108,7 +115,10 @@ class PolicyTopics:
             problems.append(str(exc))
         if problems:
             raise one_error(problems)
-        self.inputs = LatestInputs(list(plan), max_age, io.sync_tolerance_s)   # keyed by topic
+        self.inputs = LatestInputs(list(plan), io.max_observation_age_s, io.sync_tolerance_s,   # keyed by topic
+                                   control_period_s=self.period_s)
+        # ~/status on a change of the inputs' state is published by the executor, never by the control thread
+        self._status_changed = node.create_guard_condition(on_inputs_change, callback_group=group)
 
         # Receipt is never queued behind a step: the inputs have a group of their own.
         self._input_group = MutuallyExclusiveCallbackGroup()
@@ -125,7 +135,8 @@ class PolicyTopics:
                 String, "~/instruction", self._on_instruction,
                 QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL), callback_group=group))
-        self._timer = node.create_timer(self.period_s, self._on_timer, callback_group=group)
+        # timer: the control loop on its own thread; inputs: the inputs step, a timer watches freshness
+        self._clock = ControlClock(node, self.period_s, io, group, self._tick, self._on_timer)
 
     # --- inputs -----------------------------------------------------------------
     def _receiver(self, topic: str, problem: Callable[[Any], str | None]) -> Callable[..., None]:
@@ -169,21 +180,19 @@ class PolicyTopics:
 
     # --- the control tick ----------------------------------------------------------
     def _on_timer(self) -> None:
-        if self._io.control_trigger == "timer":
-            self._tick()
-        else:                          # lock-step: inputs trigger steps, the timer watches freshness
-            with self._lock:
-                take = self.inputs.take(time.monotonic(), consume=False, require_new=True)
-                if take.ok:
-                    if self._idle:
-                        self._set_inputs(input_verdict.FRESH)     # idle, inputs ready: say so
-                    return
-                verdict = self._not_ready(take)
-                if self.goal is not None and not self.paused:
-                    self.goal.waiting(verdict.detail if verdict else take.reason,
-                                      verdict.cause if verdict else "stale")
-                if verdict is not None:
-                    self._set_inputs(verdict)
+        """Lock-step (``control_trigger: inputs``): inputs trigger steps, the timer watches freshness."""
+        with self._lock:
+            take = self.inputs.take(time.monotonic(), consume=False, require_new=True)
+            if take.ok:
+                if self._idle:
+                    self._set_inputs(input_verdict.FRESH)     # idle, inputs ready: say so
+                return
+            verdict = self._not_ready(take)
+            if self.goal is not None and not self.paused:
+                self.goal.waiting(verdict.detail if verdict else take.reason,
+                                  verdict.cause if verdict else "stale")
+            if verdict is not None:
+                self._set_inputs(verdict)
 
     @property
     def _idle(self) -> bool:
@@ -203,6 +212,8 @@ class PolicyTopics:
             may_step = self._may_step()
             take = self.inputs.take(time.monotonic(), consume=may_step,
                                     require_new=self._io.control_trigger == "inputs")
+            mark = self._clock.mark
+            mark(2)
             if not take.ok:
                 verdict = self._not_ready(take)
                 if may_step and self.goal is not None:
@@ -217,6 +228,7 @@ class PolicyTopics:
                 self._set_inputs(input_verdict.FRESH)
                 return
             observation, refused = self._observation(take.values)
+            mark(3)
             if refused:
                 self._set_inputs(input_verdict.rejected(refused))
                 if self.goal is not None:
@@ -224,7 +236,9 @@ class PolicyTopics:
                 return
             try:
                 action = self.engine.step(observation)
+                mark(4)
                 self._publish(action)
+                mark(5)
             except Exception as exc:  # noqa: BLE001 - a failing step must not stop the loop
                 self._set_inputs(input_verdict.step_failed(exc))   # logged once per reason
                 if self.goal is not None:
@@ -268,7 +282,7 @@ class PolicyTopics:
                 log.error(f"policy inputs error: {detail}")
             else:
                 log.warning(f"policy inputs {state}: {detail}")
-            self._on_change()
+            self._status_changed.trigger()
 
     # --- outputs -------------------------------------------------------------------
     def _make_publisher(self) -> Callable[[Any], None]:
@@ -357,15 +371,21 @@ class PolicyTopics:
         return self._io.run_mode == "continuous" and not self.paused
 
     def status(self) -> dict[str, Any]:
-        return {"paused": self.paused, "inputs_state": self.inputs_state, "inputs_detail": self.inputs_detail,
-                "policy_steps": self.steps, "deadline_misses": self.deadline_misses,
-                "rejected_messages": self.rejected_messages}
+        limits = self.inputs.limits()
+        out = {"paused": self.paused, "inputs_state": self.inputs_state, "inputs_detail": self.inputs_detail,
+               "policy_steps": self.steps, "deadline_misses": self.deadline_misses,
+               "rejected_messages": self.rejected_messages,
+               "max_observation_age_s": round(max(limits.values()), 4),
+               "input_age_limits_s": {topic: round(v, 4) for topic, v in limits.items()},
+               "input_periods_s": {topic: round(v, 4) for topic, v in self.inputs.periods().items()}}
+        return {**out, **self._clock.status()}
 
     def destroy(self) -> None:
+        self._clock.stop(self.engine)
         with self._lock:
             if self.goal is not None:
                 self.goal.finish("deactivated")
-        self._node.destroy_timer(self._timer)
+        self._node.destroy_guard_condition(self._status_changed)
         for sub in self._subs:
             self._node.destroy_subscription(sub)
         self._node.destroy_publisher(self._pub)
