@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-mode", default="reduce-overhead", help="LeRobot's compile_mode")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per LeRobot process")
     ap.add_argument("--attention", choices=("sdpa", "kernel"), default="sdpa",
-                    help="ours-fast's attention (models.lerobot.pi0_fast.ATTENTIONS)")
+                    help="ours-fast's attention (models.lerobot.pi0.pi0_fast.ATTENTIONS)")
     ap.add_argument("--profile", action="store_true", help="kernel table and stage times of our replans (GPU)")
     ap.add_argument("--no-reference", action="store_true", help="skip LeRobot eager float32 (no checks)")
     ap.add_argument("--smoke", action="store_true", help="reduced sizes, few steps (CPU allowed)")

@@ -22,7 +22,7 @@ from benchmarks.provenance import provenance
 from benchmarks.timing import copy_bandwidth, median_event_ms
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.lerobot import load_lerobot_policy
-from flashrt_ros.models.lerobot.diffusion_net import gemm_conv1d
+from flashrt_ros.models.lerobot.diffusion.diffusion_net import gemm_conv1d
 from flashrt_ros.ops.triton import fast_kernels
 
 

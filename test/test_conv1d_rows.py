@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from flashrt_ros.models.lerobot import conv1d as rows
+from flashrt_ros.models.lerobot.diffusion import conv1d as rows
 
 SHAPES = [  # (in, out, k, stride, padding, T): the Conv1dBlock, residual, down-sampling and final convs
     (6, 16, 5, 1, 2, 16), (16, 32, 3, 1, 1, 8), (32, 32, 3, 2, 1, 8), (32, 16, 1, 1, 0, 4), (48, 24, 5, 1, 2, 3),

@@ -134,7 +134,7 @@ def test_center_crop_offsets_round_like_torchvision():
     lerobot()
     import torchvision.transforms.functional as TF
 
-    from flashrt_ros.models.lerobot.diffusion import center_crop
+    from flashrt_ros.models.lerobot.diffusion.diffusion_net import center_crop
     x = torch.rand(1, 3, 37, 44)
     for size in [(27, 35), (28, 35), (36, 43), (37, 44), (10, 11)]:
         assert torch.equal(center_crop(x, size), TF.center_crop(x, list(size))), size

@@ -44,7 +44,7 @@ from pi_reference.tokenizer import write_tokenizer
 from rtc_reference import engine_run
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import set_instruction
-from flashrt_ros.models.lerobot.pi0 import PI0Policy
+from flashrt_ros.models.lerobot.pi0.modeling_pi0 import PI0Policy
 from flashrt_ros.models.policy_factory import make_policy
 from flashrt_ros.runtime.errors import InvalidArgument
 

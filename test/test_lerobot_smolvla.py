@@ -19,7 +19,7 @@ import torch
 from lerobot_reference import case_features, max_relative_error, observations, processors
 from smolvla_reference import TINY, make_smolvla_checkpoint, write_vlm_directory
 from flashrt_ros.engine.policy_engine import PolicyEngine
-from flashrt_ros.models.lerobot.smolvla import SmolVLAPolicy as OurSmolVLA
+from flashrt_ros.models.lerobot.smolvla.modeling_smolvla import SmolVLAPolicy as OurSmolVLA
 from flashrt_ros.models.policy_factory import make_policy
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.errors import InvalidArgument

@@ -313,11 +313,11 @@ def test_reinstruct_time_saved_on_this_cpu(tmp_path):
     Asserted: the forked chunk equals the cold one bit for bit at these widths too. The per-layer times give
     an estimate at the published depths (27 / 18 / 18; the language model's last layer only computes keys
     and values), printed beside it."""
-    from flashrt_ros.models.lerobot.gemma import GemmaSizes
-    from flashrt_ros.models.lerobot.pi0_net import VisionSizes
+    from flashrt_ros.models.lerobot.pi0.gemma import GemmaSizes
+    from flashrt_ros.models.lerobot.siglip import SiglipSizes
     sizes = dict(vlm=GemmaSizes(width=2048, depth=2, mlp_dim=16384, vocab_size=1024),
                  expert=GemmaSizes(width=1024, depth=1, mlp_dim=4096, vocab_size=1024),
-                 vision=VisionSizes(layers=1), image_resolution=(224, 224), chunk_size=50, n_action_steps=50,
+                 vision=SiglipSizes(layers=1), image_resolution=(224, 224), chunk_size=50, n_action_steps=50,
                  max_state_dim=32, max_action_dim=32, image_shape=(3, 224, 224))
     policy = tiny_pi(False, scale=0.02, **sizes)
     engine = PolicyEngine(policy, directory=str(tmp_path / "big"))

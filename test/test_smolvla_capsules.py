@@ -12,8 +12,8 @@ import torch
 from host_reads import no_host_reads
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import set_instruction_ids
-from flashrt_ros.models.lerobot.smolvla import SmolVLAConfig, SmolVLAPolicy
-from flashrt_ros.models.lerobot.smolvla_net import VLMSizes
+from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import SmolVLAConfig, VLMSizes
+from flashrt_ros.models.lerobot.smolvla.modeling_smolvla import SmolVLAPolicy
 from flashrt_ros.runtime.errors import InvalidArgument
 
 TINY_VLM = VLMSizes(text_hidden=64, text_heads=4, text_kv_heads=2, head_dim=16, text_intermediate=128,

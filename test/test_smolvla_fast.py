@@ -18,7 +18,8 @@ from flashrt_ros.engine.chunk_planner import ACTIVE, ReplanConfig
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import set_instruction_ids
 from flashrt_ros.models.lerobot import cast_networks
-from flashrt_ros.models.lerobot.smolvla import SmolVLAConfig, SmolVLAPolicy
+from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import SmolVLAConfig
+from flashrt_ros.models.lerobot.smolvla.modeling_smolvla import SmolVLAPolicy
 from flashrt_ros.models.policy_interface import Guidance
 from flashrt_ros.models.rtc import prefix_weights
 from flashrt_ros.runtime.errors import FingerprintMismatch, InvalidArgument

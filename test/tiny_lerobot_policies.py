@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from flashrt_ros.models.lerobot.act import ACTConfig, ACTPolicy
-from flashrt_ros.models.lerobot.diffusion import DiffusionConfig, DiffusionPolicy
+from flashrt_ros.models.lerobot.act.configuration_act import ACTConfig
+from flashrt_ros.models.lerobot.act.modeling_act import ACTPolicy
+from flashrt_ros.models.lerobot.diffusion.configuration_diffusion import DiffusionConfig
+from flashrt_ros.models.lerobot.diffusion.modeling_diffusion import DiffusionPolicy
 from flashrt_ros.models.registry import randomize_
 
 CAMERA = "observation.images.top"

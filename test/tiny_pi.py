@@ -11,16 +11,17 @@ from pathlib import Path
 
 import torch
 
-from flashrt_ros.models.lerobot.gemma import GemmaSizes
-from flashrt_ros.models.lerobot.pi0 import PALIGEMMA_TOKENIZER, PI0Config, PI0Policy
-from flashrt_ros.models.lerobot.pi0_net import VisionSizes
+from flashrt_ros.models.lerobot.pi0.gemma import GemmaSizes
+from flashrt_ros.models.lerobot.pi0.configuration_pi0 import PALIGEMMA_TOKENIZER, PI0Config
+from flashrt_ros.models.lerobot.pi0.modeling_pi0 import PI0Policy
+from flashrt_ros.models.lerobot.siglip import SiglipSizes
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings
 from pi_reference.tokenizer import write_tokenizer
 
 CAMERAS = ("observation.images.top", "observation.images.wrist")
 TINY = dict(vlm=GemmaSizes(width=64, depth=2, mlp_dim=128, num_heads=4, num_kv_heads=1, head_dim=16, vocab_size=256),
             expert=GemmaSizes(width=32, depth=2, mlp_dim=64, num_heads=4, num_kv_heads=1, head_dim=16, vocab_size=256),
-            vision=VisionSizes(hidden=32, intermediate=64, layers=2, heads=2, patch_size=8),
+            vision=SiglipSizes(hidden=32, intermediate=64, layers=2, heads=2, patch_size=8),
             image_resolution=(32, 32))
 _TOKENIZER_DIR: list[Path] = []
 

@@ -150,14 +150,9 @@ class LLMEngine:
             if position + len(feed) > self.max_context:
                 raise ContextOverflow(f"{len(feed)} tokens do not fit: position {position}, "
                                       f"max_context {self.max_context}")
-            bad = [i for i in feed if not 0 <= i < self.model.vocab_size]
-            if bad:
-                raise InvalidArgument(f"token ids out of range [0, {self.model.vocab_size}): {bad[:5]}")
+            check_ids(feed, vocab_size=self.model.vocab_size, position=position, has_pending=has_pending)
             tensor = torch.tensor(feed, dtype=torch.int64, device=self.device)
-            chunks, offset = [], 0
-            for n in chunk_lengths(len(feed), self.prefill_chunk):
-                chunks.append(tensor[offset:offset + n])
-                offset += n
+            chunks = list(torch.split(tensor, chunk_lengths(len(feed), self.prefill_chunk)))
             first = chunks.pop(0)
             if self._version() != version:
                 return 0
@@ -363,14 +358,6 @@ class LLMEngine:
         finally:
             self._driver.release()
 
-    def _speculation_status(self) -> dict[str, Any]:
-        spec = self.speculation
-        if spec is None:
-            return {"tokens": 0}
-        return {"tokens": spec.tokens, "drafter": spec.drafter.name, "steps": spec.steps,
-                "drafted": spec.drafted, "accepted": spec.accepted,
-                "acceptance_rate": spec.accepted / spec.drafted if spec.drafted else 0.0}
-
     # ------------------------------------------------------------- inspection
     @property
     def busy(self) -> bool:
@@ -399,7 +386,7 @@ class LLMEngine:
             "sampling": {"temperature": float(a[TEMPERATURE].item()), "top_k": int(a[TOP_K].item()),
                          "top_p": float(a[TOP_P].item()), "seed": int(a[RNG_SEED].item()),
                          "counter": int(a[RNG_COUNTER].item())},
-            "speculation": self._speculation_status(),
+            "speculation": self.speculation.status() if self.speculation is not None else {"tokens": 0},
             "arena_bytes": a.nbytes,
             "live_bytes": a.live_nbytes(),
             "device": str(self.device),

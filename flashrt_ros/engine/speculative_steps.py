@@ -26,7 +26,7 @@ decoding would).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 
@@ -111,6 +111,12 @@ class SpeculativeDecoding:
         self.steps += 1
         self.drafted += self.tokens
         self.accepted += len(emitted) - 1
+
+    def status(self) -> dict[str, Any]:
+        """The counters as ``LLMEngine.status()["speculation"]`` reports them (``{"tokens": 0}`` when off)."""
+        return {"tokens": self.tokens, "drafter": self.drafter.name, "steps": self.steps,
+                "drafted": self.drafted, "accepted": self.accepted,
+                "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0}
 
     # ------------------------------------------------------------------ bodies (capturable)
     def observe_prefill(self, hidden: torch.Tensor, ids: torch.Tensor, start: torch.Tensor, first: bool) -> None:

@@ -58,6 +58,8 @@ from flashrt_ros.runtime.arena import BufferSpec, StateArena
 STATE_PREFIX = "policy."
 #: The int64 scalar a policy with a noise stream keeps its seed in (``engine.capsules.reset(seed=...)`` writes it).
 RNG_SEED = "policy.rng.seed"
+#: The int64 count of chunks planned this episode: the noise counter of the policies that draw per plan.
+RNG_PLANS = "policy.rng.plans"
 
 
 @dataclass(frozen=True)

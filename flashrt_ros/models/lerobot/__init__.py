@@ -1,126 +1,17 @@
 """LeRobot checkpoints (ACT, Diffusion Policy, SmolVLA, π0, π0.5) as arena-backed ``PolicyModule``s, without importing LeRobot.
 
-``load_lerobot_policy(path)`` reads a checkpoint directory as LeRobot 0.4.x's
-``save_pretrained`` writes it, builds our model for its ``"type"`` and loads
-``model.safetensors`` strictly (a missing or unexpected weight is an error, not
-a silently random layer). Node parameter / CLI: ``policy:=lerobot:<dir>``.
+Laid out as LeRobot lays out ``lerobot/policies``: one folder per policy
+(``act/``, ``diffusion/``, ``smolvla/``, ``pi0/`` for π0 and π0.5), each with
+its ``configuration_<name>.py`` (the config dataclass read from ``config.json``)
+and ``modeling_<name>.py`` (the ``PolicyModule``), its network (``<name>_net.py``)
+and its ``fast`` numerics (``<name>_fast.py``) where it has them; ``factory.py``
+builds the policy a checkpoint's ``"type"`` names. What several policies share
+sits here: reading a checkpoint (``checkpoint.py``), normalisation
+(``normalize.py``), the VLAs' instruction and episode buffers (``instruction.py``),
+tokenizer files, the ResNet trunk, convolution layouts and SigLIP.
 """
-from __future__ import annotations
+from flashrt_ros.models.lerobot.factory import (NUMERICS, SUPPORTED_TYPES, build_policy, cast_networks, default_dtype,
+                                                default_numerics, load_lerobot_policy, load_weights)
 
-import json
-from pathlib import Path
-
-import torch
-
-from flashrt_ros.models.lerobot.checkpoint import CONFIG, LeRobotCheckpoint, read_checkpoint
-from flashrt_ros.models.policy_interface import PolicyModule
-from flashrt_ros.runtime.errors import InvalidArgument
-
-SUPPORTED_TYPES = ("act", "diffusion", "smolvla", "pi0", "pi05")
-
-
-LOW_PRECISION = (torch.bfloat16, torch.float16)
-
-
-NUMERICS = ("exact", "fast")
-
-
-def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32, numerics: str = "exact") -> PolicyModule:
-    """The policy stored in a LeRobot checkpoint directory, weights loaded strictly.
-
-    ``dtype``: float32, or bfloat16 / float16 for the networks' weights (see ``cast_networks``).
-    ``numerics``: ``exact`` or ``fast`` for the policies that have both (SmolVLA, π0 / π0.5:
-    ``use_numerics``);
-    the others have one arithmetic and accept either.
-    """
-    if dtype not in (torch.float32, *LOW_PRECISION):
-        raise InvalidArgument(f"dtype {dtype}: use torch.float32, torch.bfloat16 or torch.float16")
-    if numerics not in NUMERICS:
-        raise InvalidArgument(f"numerics {numerics!r}: use one of {NUMERICS}")
-    ckpt = read_checkpoint(path)
-    policy = build_policy(ckpt)
-    load_weights(policy, ckpt)
-    policy = cast_networks(policy, dtype).eval().requires_grad_(False)
-    if hasattr(policy, "use_numerics"):
-        policy.use_numerics(numerics)
-    return policy
-
-
-def default_numerics(device: torch.device | str) -> str:
-    """``fast`` on CUDA, ``exact`` elsewhere (the node's ``numerics: auto``)."""
-    return "fast" if torch.device(device).type == "cuda" else "exact"
-
-
-def default_dtype(path: str | Path, device: torch.device) -> torch.dtype:
-    """The dtype a checkpoint runs in when none is asked for: bfloat16 for π0 / π0.5 on CUDA (a 3.3 B model;
-    LeRobot's own default there), float32 otherwise (the precision the parity tests check)."""
-    if torch.device(device).type != "cuda":
-        return torch.float32
-    try:
-        kind = json.loads((Path(path).expanduser() / CONFIG).read_text()).get("type")
-    except (OSError, ValueError):
-        return torch.float32                       # load_lerobot_policy reports what is wrong
-    return torch.bfloat16 if kind in ("pi0", "pi05") else torch.float32
-
-
-def cast_networks(policy: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """The networks' weights in ``dtype``; normalisation statistics and fixed weight tables stay fp32.
-
-    Why: an action unnormalised in bf16 keeps ~3 significant digits (a PushT
-    target near 500 px would move by 2 px); the arena state, the diffusion sample
-    and the scheduler arithmetic are fp32 too, so only the networks run in ``dtype``.
-    """
-    if hasattr(policy, "cast"):                  # a policy with its own mixed precision (π0)
-        policy.cast(dtype)
-        return policy
-    policy.to(dtype=dtype)
-    policy.norm.float()
-    for name in ("ensemble_weights", "ensemble_weights_cumsum"):       # ACT's temporal ensembling
-        if hasattr(policy, name):
-            setattr(policy, name, getattr(policy, name).float())
-    return policy
-
-
-def build_policy(ckpt: LeRobotCheckpoint) -> PolicyModule:
-    """Our model for the checkpoint's ``type`` (weights not yet loaded)."""
-    kind = ckpt.policy_type
-    if kind == "act":
-        from flashrt_ros.models.lerobot.act import ACTConfig, ACTPolicy
-        return ACTPolicy(ACTConfig.from_checkpoint(ckpt), ckpt)
-    if kind == "diffusion":
-        from flashrt_ros.models.lerobot.diffusion import DiffusionConfig, DiffusionPolicy
-        return DiffusionPolicy(DiffusionConfig.from_checkpoint(ckpt), ckpt)
-    if kind == "smolvla":
-        from flashrt_ros.models.lerobot.smolvla import build_smolvla
-        return build_smolvla(ckpt)
-    if kind in ("pi0", "pi05"):
-        from flashrt_ros.models.lerobot.pi0 import build_pi0
-        return build_pi0(ckpt)
-    raise InvalidArgument(f"LeRobot policy type {kind!r} in {ckpt.path}/config.json is not supported "
-                          f"(supported: {', '.join(SUPPORTED_TYPES)})")
-
-
-def load_weights(policy: torch.nn.Module, ckpt: LeRobotCheckpoint) -> None:
-    """Strict load; the error lists what the checkpoint lacks and what it has that we do not expect."""
-    expected = set(policy.state_dict())
-    optional = set(getattr(policy, "OPTIONAL_WEIGHTS", ()))      # present in some checkpoints, never read
-    weights = dict(ckpt.weights)
-    for name, alias in getattr(policy, "TIED_WEIGHTS", {}).items():   # safetensors keeps one name of a tied pair
-        if name not in weights and alias in weights:
-            weights[name] = weights[alias]
-    weights = {k: v for k, v in weights.items() if k not in optional}
-    missing = sorted(expected - set(weights))
-    unexpected = sorted(set(weights) - expected)
-    if missing or unexpected:
-        raise InvalidArgument(f"{ckpt.path}/model.safetensors does not match its config.json: "
-                              f"missing {_few(missing)}, unexpected {_few(unexpected)}")
-    ours = policy.state_dict()
-    bad = [k for k, v in weights.items() if tuple(v.shape) != tuple(ours[k].shape)]
-    if bad:
-        raise InvalidArgument(f"{ckpt.path}/model.safetensors: shapes differ from config.json for "
-                              + _few([f"{k} {tuple(weights[k].shape)} vs {tuple(ours[k].shape)}" for k in bad]))
-    policy.load_state_dict(weights, strict=True)
-
-
-def _few(names: list[str], n: int = 6) -> str:
-    return "[]" if not names else ", ".join(names[:n]) + (f" (+{len(names) - n} more)" if len(names) > n else "")
+__all__ = ["NUMERICS", "SUPPORTED_TYPES", "build_policy", "cast_networks", "default_dtype", "default_numerics",
+           "load_lerobot_policy", "load_weights"]

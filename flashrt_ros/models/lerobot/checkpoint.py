@@ -124,6 +124,8 @@ def _read_normalization(root: Path, filename: str, registry_name: str) -> Normal
 
 
 ACTION = "action"
+#: The inputs LeRobot's VLAs (SmolVLA, π0 / π0.5) pad missing cameras with: masked out of their prefix.
+EMPTY_CAMERA = "observation.images.empty_camera_"
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,18 @@ class PolicyIO:
     @classmethod
     def from_checkpoint(cls, ckpt: LeRobotCheckpoint, policy: str) -> PolicyIO:
         return cls.from_features(ckpt.input_features, ckpt.output_features, ckpt.path, policy)
+
+    @classmethod
+    def from_vla_checkpoint(cls, ckpt: LeRobotCheckpoint, policy: str,
+                            kinds: tuple[str, ...] | None = None) -> PolicyIO:
+        """A VLA's inputs: its empty cameras left out (masked out of the prefix, they change no action), and only
+        the feature types in ``kinds`` when given; ``InvalidArgument`` when no camera is left."""
+        inputs = {k: v for k, v in ckpt.input_features.items()
+                  if not k.startswith(EMPTY_CAMERA) and (kinds is None or v[0] in kinds)}
+        io = cls.from_features(inputs, ckpt.output_features, ckpt.path, policy)
+        if not io.cameras:
+            raise InvalidArgument(f"{ckpt.path}/config.json: {policy} needs at least one camera")
+        return io
 
     @classmethod
     def from_features(cls, inputs: dict[str, tuple[str, tuple[int, ...]]],

@@ -7,6 +7,8 @@ written between two steps; writing it empties the action queue so the next
 step plans with it) and both tokenise it as LeRobot's preprocessor does for
 them (a newline appended, truncated). The tokenizer is the checkpoint's
 ``tokenizer.json`` (``tokenizer_files.py``), loaded on first use.
+The names of all these buffers are declared here once, each policy giving
+only its ``PREFIX`` (``policy.smolvla.``, ``policy.pi0.``).
 """
 from __future__ import annotations
 
@@ -15,27 +17,40 @@ from pathlib import Path
 import torch
 
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings
+from flashrt_ros.models.policy_interface import RNG_PLANS, RNG_SEED
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
 
 
+class PrefixedName:
+    """A buffer name under its policy class's ``PREFIX``: ``KEY = PrefixedName("kv.k.")`` reads as
+    ``"policy.smolvla.kv.k."`` on ``SmolVLAPolicy`` (and its instances), ``"policy.pi0.kv.k."`` on ``PI0Policy``."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+
+    def __get__(self, instance: object, owner: type) -> str:
+        return owner.PREFIX + self.suffix
+
+
 class LanguageInstruction:
     """Mixin for a VLA ``PolicyModule``: its prefix KV buffers (``prefix_specs``), its instruction, action queue
-    and noise-stream buffers (``episode_specs``), the cold start (``init_state``) and the instruction verbs. Needs the buffer names
-    ``KEY``, ``VALUE``, ``PREFIX_LEN``, ``LANG``, ``LANG_LEN``, ``QUEUE``, ``LEFT``, ``RNG_SEED``, ``PLANS``,
-    ``dtype``, ``tokenizer_file``,
-    ``tokenizer_settings`` and a ``cfg`` with ``tokenizer_max_length``, ``n_action_steps``, ``action_dim``,
-    ``seed`` and ``vlm.vocab_size``."""
+    and noise-stream buffers (``episode_specs``), the cold start (``init_state``) and the instruction verbs.
 
-    KEY: str
-    VALUE: str
-    PREFIX_LEN: str
-    LANG: str
-    LANG_LEN: str
-    QUEUE: str
-    LEFT: str
-    RNG_SEED: str
-    PLANS: str
+    The buffer names are declared here once, under the class's ``PREFIX``; the noise stream's are every policy's
+    (``policy.rng.*``). Needs ``PREFIX``, ``dtype``, ``tokenizer_file``, ``tokenizer_settings`` and a ``cfg``
+    with ``tokenizer_max_length``, ``n_action_steps``, ``action_dim``, ``seed`` and ``vlm.vocab_size``."""
+
+    PREFIX: str                                    # e.g. "policy.smolvla."
+    KEY = PrefixedName("kv.k.")                    # + layer index: the prefix's keys (RoPE'd)
+    VALUE = PrefixedName("kv.v.")                  # + layer index: the prefix's values
+    PREFIX_LEN = PrefixedName("prefix_len")
+    LANG = PrefixedName("lang_tokens")
+    LANG_LEN = PrefixedName("lang_len")
+    QUEUE = PrefixedName("queue")
+    LEFT = PrefixedName("queue_left")
+    RNG_SEED = RNG_SEED
+    PLANS = RNG_PLANS
     tokenizer_file: Path | None
     tokenizer_settings: TokenizerSettings
     _tokenizer = None

@@ -1,6 +1,6 @@
 """The SigLIP vision tower in the ``fast`` numerics: all cameras in one batch, seven kernels a layer.
 
-Why: ``smolvla_net.VisionModel`` runs each camera through 27 layers of separate
+Why: ``siglip.VisionModel`` runs each camera through 27 layers of separate
 q / k / v products, LayerNorms, a GELU and residual adds (about 15 kernels a
 layer and camera). Here the cameras are one batch and a layer is: the fused
 q / k / v product (with its bias), SDPA on views of it, the output product,
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.smolvla_net import VisionLayer, VisionModel
+from flashrt_ros.models.lerobot.siglip import VisionLayer, VisionModel
 from flashrt_ros.ops.fused_rows import residual_layer_norm
 
 

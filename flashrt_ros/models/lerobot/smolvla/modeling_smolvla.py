@@ -26,108 +26,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, PolicyIO, feature_specs, jsonable
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, feature_specs, jsonable
+from flashrt_ros.models.lerobot.flow_time import flow_time_embeddings
 from flashrt_ros.models.lerobot.instruction import LanguageInstruction
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
-from flashrt_ros.models.lerobot.smolvla_checkpoint import PUBLISHED_VLM, vlm_sizes
-from flashrt_ros.models.lerobot.smolvla_net import VLMSizes, VLMWithExpert, attention, rope, sinusoidal_time
+from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import PUBLISHED_VLM, SmolVLAConfig, vlm_sizes
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import VLMWithExpert, attention, rope
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
-from flashrt_ros.models.rtc import flow_times, integrate_flow
+from flashrt_ros.models.policy_interface import ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
+from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
-
-EMPTY_CAMERA = "observation.images.empty_camera_"
-
-
-@dataclass(frozen=True)
-class SmolVLAConfig:
-    """The fields of LeRobot's ``SmolVLAConfig`` that shape inference, plus the VLM's sizes."""
-
-    state_dim: int
-    env_state_dim: int
-    action_dim: int
-    cameras: tuple[str, ...]
-    image_shape: tuple[int, int, int] | None
-    vlm: VLMSizes = field(default_factory=VLMSizes)
-    chunk_size: int = 50
-    n_action_steps: int = 50
-    max_state_dim: int = 32
-    max_action_dim: int = 32
-    resize_imgs_with_padding: tuple[int, int] | None = (512, 512)
-    tokenizer_max_length: int = 48
-    num_steps: int = 10
-    attention_mode: str = "cross_attn"
-    num_expert_layers: int = -1
-    num_vlm_layers: int = 16
-    self_attn_every_n_layers: int = 2
-    expert_width_multiplier: float = 0.75
-    min_period: float = 4e-3
-    max_period: float = 4.0
-    seed: int = 0                        # noise seed written at every episode start (reset)
-
-    @property
-    def expert_hidden(self) -> int:
-        return int(self.vlm.text_hidden * self.expert_width_multiplier)
-
-    @property
-    def n_expert_layers(self) -> int:
-        return self.num_expert_layers if self.num_expert_layers > 0 else self.num_vlm_layers
-
-    def is_self_attn(self, layer: int) -> bool:
-        """Whether (VLM / expert) layer ``layer`` attends to itself rather than only to the prefix."""
-        return "cross" not in self.attention_mode or (
-            self.self_attn_every_n_layers > 0 and layer % self.self_attn_every_n_layers == 0)
-
-    @property
-    def prefix_capacity(self) -> int:
-        """Prefix rows: every camera's image tokens, the instruction at its maximum length, the state."""
-        return len(self.cameras) * self.vlm.image_tokens + self.tokenizer_max_length + 1
-
-    @classmethod
-    def from_checkpoint(cls, ckpt: LeRobotCheckpoint, vlm: VLMSizes, tokenizer: TokenizerSettings) -> SmolVLAConfig:
-        c = ckpt.config
-        for flag, why in (("adapt_to_pi_aloha", "the Aloha joint/gripper conversions"),
-                          ("use_delta_joint_actions_aloha", "delta joint actions"),
-                          ("add_image_special_tokens", "image special tokens around image features")):
-            if c.get(flag):
-                raise InvalidArgument(f"SmolVLA with {flag}=true ({why}) is not supported")
-        if int(c.get("n_obs_steps", 1)) != 1:
-            raise InvalidArgument("SmolVLA supports n_obs_steps == 1 only")
-        if STATE not in ckpt.input_features:
-            raise InvalidArgument(f"{ckpt.path}/config.json: SmolVLA needs an {STATE!r} input")
-        real = {k: v for k, v in ckpt.input_features.items() if not k.startswith(EMPTY_CAMERA)}
-        io = PolicyIO.from_checkpoint(
-            LeRobotCheckpoint(ckpt.path, c, {}, ckpt.normalize, ckpt.unnormalize, real, ckpt.output_features), "SmolVLA")
-        if not io.cameras:
-            raise InvalidArgument(f"{ckpt.path}/config.json: SmolVLA needs at least one camera")
-        names = ("chunk_size", "n_action_steps", "max_state_dim", "max_action_dim", "num_steps", "attention_mode",
-                 "num_expert_layers", "num_vlm_layers", "self_attn_every_n_layers", "expert_width_multiplier",
-                 "min_period", "max_period")
-        fields = {k: c[k] for k in names if k in c}
-        resize = c.get("resize_imgs_with_padding", (512, 512))
-        cfg = cls(**asdict(io), vlm=vlm, resize_imgs_with_padding=tuple(int(x) for x in resize) if resize else None,
-                  tokenizer_max_length=tokenizer.max_length, **fields)
-        if cfg.action_dim > cfg.max_action_dim or cfg.state_dim > cfg.max_state_dim:
-            raise InvalidArgument("SmolVLA: state/action longer than max_state_dim/max_action_dim")
-        if cfg.n_action_steps > cfg.chunk_size:
-            raise InvalidArgument("SmolVLA: n_action_steps must be <= chunk_size")
-        if cfg.num_vlm_layers % cfg.n_expert_layers:
-            raise InvalidArgument("SmolVLA: num_vlm_layers must be a multiple of num_expert_layers")
-        side = cfg.resize_imgs_with_padding or cfg.image_shape[1:][::-1]
-        if tuple(side) != (vlm.image_size, vlm.image_size):
-            raise InvalidArgument(f"SmolVLA: images reach the vision encoder at {tuple(side)} (width, height); "
-                                  f"the VLM expects {vlm.image_size}x{vlm.image_size}")
-        return cfg
 
 
 def resize_with_pad(img: Tensor, width: int, height: int) -> Tensor:
@@ -142,16 +60,7 @@ def resize_with_pad(img: Tensor, width: int, height: int) -> Tensor:
 class SmolVLAPolicy(LanguageInstruction, PolicyModule):
     """A LeRobot SmolVLA checkpoint as a ``PolicyModule`` (see the module doc for its state)."""
 
-    PREFIX = "policy.smolvla."
-    KEY = PREFIX + "kv.k."
-    VALUE = PREFIX + "kv.v."
-    PREFIX_LEN = PREFIX + "prefix_len"
-    LANG = PREFIX + "lang_tokens"
-    LANG_LEN = PREFIX + "lang_len"
-    QUEUE = PREFIX + "queue"
-    LEFT = PREFIX + "queue_left"
-    RNG_SEED = RNG_SEED
-    PLANS = "policy.rng.plans"
+    PREFIX = "policy.smolvla."        # the buffer names (``KEY``, ``QUEUE``, ...): ``LanguageInstruction``
     #: checkpoint weights inference never reads; accepted when present, not required
     OPTIONAL_WEIGHTS = ("model.vlm_with_expert.vlm.lm_head.weight",)
     #: a VLM with tied embeddings is saved with only ``lm_head`` (safetensors keeps the first name in order)
@@ -176,10 +85,8 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
         self.model.action_time_mlp_in = nn.Linear(2 * e, e)
         self.model.action_time_mlp_out = nn.Linear(e, e)
         self.norm = PolicyNormalization(ckpt)
-        # the Euler times 1, 1 - 1/K, ... as LeRobot forms them (float32), embedded in float64 once
-        times = torch.tensor(flow_times(cfg.num_steps), dtype=torch.float32)
-        self.register_buffer("time_embeddings", sinusoidal_time(times.to(torch.float64), e, cfg.min_period,
-                                                                cfg.max_period), persistent=False)
+        self.register_buffer("time_embeddings", flow_time_embeddings(cfg.num_steps, e, cfg.min_period, cfg.max_period),
+                             persistent=False)
         self.set_default_instruction(instruction)
 
     # --- contract ---------------------------------------------------------------------
@@ -199,7 +106,7 @@ class SmolVLAPolicy(LanguageInstruction, PolicyModule):
             return
         if numerics != "fast":
             raise InvalidArgument(f"SmolVLA: numerics {numerics!r} after {self.numerics!r}: choose it once, at load")
-        from flashrt_ros.models.lerobot.smolvla_fast import FastSmolVLA
+        from flashrt_ros.models.lerobot.smolvla.smolvla_fast import FastSmolVLA
         self.fast = FastSmolVLA(self)
         self.numerics = "fast"
 

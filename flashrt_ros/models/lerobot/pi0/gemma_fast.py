@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from flashrt_ros.models.lerobot.gemma import GemmaLayer, GemmaSizes
+from flashrt_ros.models.lerobot.pi0.gemma import GemmaLayer, GemmaSizes
 from flashrt_ros.ops.fused_rows import gelu_gate, qkv_rope, residual_norm
 
 

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from flashrt_ros.models.lerobot.smolvla_net import LlamaLayer, VLMSizes
+from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import VLMSizes
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import LlamaLayer
 from flashrt_ros.ops.fused_rows import qkv_rope, silu_gate
 
 #: SDPA's memory-efficient kernel reads a mask without padding it when its rows are 16-element aligned

@@ -18,40 +18,13 @@ action-token keys; otherwise it is a *cross-attention* layer: it projects the
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from flashrt_ros.models.lerobot.siglip import VisionModel
+from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import VLMSizes
 from flashrt_ros.models.llama import RMSNorm
-
-
-@dataclass(frozen=True)
-class VLMSizes:
-    """The SmolVLM config fields that shape SmolVLA (read from the VLM's ``config.json``)."""
-
-    text_hidden: int = 960
-    text_heads: int = 15
-    text_kv_heads: int = 5
-    head_dim: int = 64
-    text_intermediate: int = 2560
-    rms_norm_eps: float = 1e-5
-    vocab_size: int = 49280
-    vision_hidden: int = 768
-    vision_heads: int = 12
-    vision_intermediate: int = 3072
-    vision_layers: int = 12
-    patch_size: int = 16
-    image_size: int = 512
-    vision_eps: float = 1e-6
-    vision_act: str = "gelu_pytorch_tanh"
-    scale_factor: int = 4
-
-    @property
-    def image_tokens(self) -> int:
-        return (self.image_size // self.patch_size) ** 2 // self.scale_factor ** 2
 
 
 def expert_intermediate(hidden: int, ffn_multiplier: int = 4, multiple_of: int = 256) -> int:
@@ -134,94 +107,7 @@ class LlamaLayer(nn.Module):
         return self.mlp(self.post_attention_layernorm(x)) + x
 
 
-# --- vision ------------------------------------------------------------------------
-
-class VisionEmbeddings(nn.Module):
-    """Patches and learned positions: SmolVLM's bucketed ids, or plain ``0..n-1`` (PaliGemma's SigLIP)."""
-
-    def __init__(self, s: VLMSizes, bucketed: bool = True) -> None:
-        super().__init__()
-        self.patch_embedding = nn.Conv2d(3, s.vision_hidden, s.patch_size, s.patch_size, padding="valid")
-        side = s.image_size // s.patch_size
-        self.position_embedding = nn.Embedding(side * side, s.vision_hidden)
-        ids = _bucketed_positions(side) if bucketed else torch.arange(side * side)
-        self.register_buffer("position_ids", ids, persistent=False)
-
-    def forward(self, pixels: Tensor) -> Tensor:
-        x = self.patch_embedding(pixels).flatten(2).transpose(1, 2)
-        return x + self.position_embedding(self.position_ids)
-
-
-def _bucketed_positions(side: int) -> Tensor:
-    """The NaViT-style position ids SmolVLM computes for a full image, with its float arithmetic."""
-    boundaries = torch.arange(1 / side, 1.0, 1 / side)
-    coords = torch.clamp(torch.arange(side, dtype=torch.float32) * (1.0 / torch.tensor([side]))[:, None], max=1.0 - 1e-6)
-    buckets = torch.bucketize(coords, boundaries, right=True)[0]
-    return (buckets[:, None] * side + buckets[None, :]).reshape(-1)
-
-
-class VisionAttention(nn.Module):
-    def __init__(self, s: VLMSizes) -> None:
-        super().__init__()
-        d = s.vision_hidden
-        self.n_heads = s.vision_heads
-        self.k_proj, self.v_proj, self.q_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
-
-    def forward(self, x: Tensor) -> Tensor:
-        B, N, D = x.shape
-        h = self.n_heads
-
-        def heads(p: nn.Linear) -> Tensor:
-            return p(x).view(B, N, h, D // h).transpose(1, 2)
-        y = F.scaled_dot_product_attention(heads(self.q_proj), heads(self.k_proj), heads(self.v_proj))
-        return self.out_proj(y.transpose(1, 2).reshape(B, N, D))
-
-
-class VisionMLP(nn.Module):
-    def __init__(self, s: VLMSizes) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(s.vision_hidden, s.vision_intermediate)
-        self.fc2 = nn.Linear(s.vision_intermediate, s.vision_hidden)
-        self.approximate = "tanh" if s.vision_act == "gelu_pytorch_tanh" else "none"
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
-
-
-class VisionLayer(nn.Module):
-    def __init__(self, s: VLMSizes) -> None:
-        super().__init__()
-        self.self_attn = VisionAttention(s)
-        self.layer_norm1 = nn.LayerNorm(s.vision_hidden, eps=s.vision_eps)
-        self.mlp = VisionMLP(s)
-        self.layer_norm2 = nn.LayerNorm(s.vision_hidden, eps=s.vision_eps)
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.self_attn(self.layer_norm1(x))
-        return x + self.mlp(self.layer_norm2(x))
-
-
-class VisionEncoder(nn.Module):
-    def __init__(self, s: VLMSizes) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(VisionLayer(s) for _ in range(s.vision_layers))
-
-
-class VisionModel(nn.Module):
-    """A SigLIP encoder for one full (un-split) image: SmolVLM's (``bucketed`` positions) or PaliGemma's."""
-
-    def __init__(self, s: VLMSizes, bucketed: bool = True) -> None:
-        super().__init__()
-        self.embeddings = VisionEmbeddings(s, bucketed)
-        self.encoder = VisionEncoder(s)
-        self.post_layernorm = nn.LayerNorm(s.vision_hidden, eps=s.vision_eps)
-
-    def forward(self, pixels: Tensor) -> Tensor:
-        x = self.embeddings(pixels)
-        for layer in self.encoder.layers:
-            x = layer(x)
-        return self.post_layernorm(x)
-
+# --- connector (the vision encoder before it: ``siglip.VisionModel``) -------------------
 
 class ModalityProjection(nn.Module):
     def __init__(self, s: VLMSizes) -> None:
@@ -264,7 +150,7 @@ class TextModel(nn.Module):
 class VLMInner(nn.Module):
     def __init__(self, s: VLMSizes, n_layers: int) -> None:
         super().__init__()
-        self.vision_model = VisionModel(s)
+        self.vision_model = VisionModel(s.siglip, s.image_size, bucketed=True, act=s.vision_act)
         self.connector = Connector(s)
         self.text_model = TextModel(s, n_layers)
 
@@ -292,11 +178,3 @@ class VLMWithExpert(nn.Module):
         super().__init__()
         self.vlm = VLM(s, n_vlm_layers)
         self.lm_expert = Expert(s, expert_hidden, n_expert_layers, cross)
-
-
-def sinusoidal_time(t: Tensor, dim: int, min_period: float, max_period: float) -> Tensor:
-    """LeRobot's ``create_sinusoidal_pos_embedding`` in float64: ``t (B,)`` -> ``(B, dim)``."""
-    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
-    period = min_period * (max_period / min_period) ** fraction
-    x = (1.0 / period * 2 * math.pi)[None, :] * t[:, None]
-    return torch.cat([torch.sin(x), torch.cos(x)], dim=1)

@@ -1,7 +1,7 @@
 """π0 / π0.5's networks in the ``fast`` numerics: the same plan, the same arena buffers, other kernels.
 
 Why: what a plan computes with is free, what state it touches is not. The
-``exact`` forward passes in ``pi0.py`` keep LeRobot's arithmetic to the bit
+``exact`` forward passes in ``modeling_pi0.py`` keep LeRobot's arithmetic to the bit
 (CPU parity); this one keeps their function and every buffer they read and
 write (image tokens, state, the prefix KV rows with zeros past the prefix, its
 length, the queue) but runs it as few, large kernels:
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.gemma_fast import (FastGemmaLayer, ada_residual_norm, adarms_tables, additive_mask,
+from flashrt_ros.models.lerobot.pi0.gemma_fast import (FastGemmaLayer, ada_residual_norm, adarms_tables, additive_mask,
                                                    single_key_head_attention)
 from flashrt_ros.models.lerobot.siglip_fast import FastVisionModel
 from flashrt_ros.models.policy_interface import Guidance, queue_chunk
@@ -99,7 +99,7 @@ class FastPi(nn.Module):
         bias = w_a @ m.action_in_proj.bias.float() + m.action_time_mlp_in.bias.float()
         self.register_buffer("action_bias", times.float() @ w_t.t() + bias[None, :])
 
-    # --- the plan's three parts (same buffers as the exact ones in pi0.py) ---------------------------
+    # --- the plan's three parts (same buffers as the exact ones in modeling_pi0.py) ------------------
     def encode(self, policy, observation: dict[str, Tensor], arena: StateArena) -> None:
         """All cameras through the vision tower in one batch, the projector, into ``images``; the state."""
         m = policy.model

@@ -11,9 +11,9 @@ coefficients, so a replanning step (encode, denoise K times, refill the queue)
 is one CUDA graph and a pop (history update, queue pop) another; the engine
 chooses between them on the host (``action_queue``).
 
-The network (configuration, image encoder, UNet, its speed at batch 1) is in
-``diffusion_net.py``; this module is the policy: its arena state and the
-denoising loop.
+The configuration is ``configuration_diffusion.py``, the network (image encoder,
+UNet, its speed at batch 1) ``diffusion_net.py``; this module is the policy: its
+arena state and the denoising loop.
 
 Noise stream: plan number ``p`` of an episode (the ``p``-th time the queue was
 refilled) draws the initial sample with counter ``c = p * (K + 1)`` and the
@@ -28,18 +28,16 @@ import torch
 from torch import Tensor
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, feature_specs
-from flashrt_ros.models.lerobot.diffusion_net import DiffusionConfig, DiffusionNet, center_crop, gemm_conv1d
+from flashrt_ros.models.lerobot.diffusion.configuration_diffusion import DiffusionConfig
+from flashrt_ros.models.lerobot.diffusion.diffusion_net import DiffusionNet
+from flashrt_ros.models.lerobot.diffusion.schedulers import reverse_step, reverse_steps
 from flashrt_ros.models.lerobot.layout import lay_out_convs
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
-from flashrt_ros.models.lerobot.schedulers import reverse_step, reverse_steps
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue
+from flashrt_ros.models.policy_interface import RNG_PLANS, RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
-
-#: ``center_crop`` and ``gemm_conv1d`` (the network's) stay importable from here, where they were.
-__all__ = ["DiffusionConfig", "DiffusionPolicy", "center_crop", "gemm_conv1d"]
 
 
 class DiffusionPolicy(PolicyModule):
@@ -55,7 +53,7 @@ class DiffusionPolicy(PolicyModule):
     QUEUE = "policy.diffusion.queue"
     LEFT = "policy.diffusion.queue_left"
     RNG_SEED = RNG_SEED
-    PLANS = "policy.rng.plans"
+    PLANS = RNG_PLANS
     NOISE = "noise.diffusion"     # input feature after ``noise_from_input()``: a plan's draws, flattened
 
     def __init__(self, cfg: DiffusionConfig, ckpt: LeRobotCheckpoint | None = None) -> None:

@@ -4,9 +4,9 @@ Why a module tree of its own: the names are LeRobot's
 (``model.paligemma_with_expert.paligemma.model.vision_tower.vision_model...``,
 ``...language_model.layers.<i>...``, ``...gemma_expert.model.layers.<i>...``,
 ``model.action_in_proj``), so its ``model.safetensors`` loads strictly; the
-forward passes live in ``pi0.py``, where the prefix KV goes to the arena.
+forward passes live in ``modeling_pi0.py``, where the prefix KV goes to the arena.
 
-The SigLIP tower is SmolVLA's (``smolvla_net.VisionModel``) with plain
+The SigLIP tower is the one SmolVLA has too (``siglip.VisionModel``) with plain
 positions ``0..n-1``; the projector maps it to the Gemma width and, unlike stock
 transformers, openpi does not divide the image features by ``sqrt(width)``.
 π0's expert embeds the state as a token (``state_proj``) and fuses the flow time
@@ -15,30 +15,10 @@ token and conditions every norm on the time (``time_mlp_in/out`` -> adaRMS).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import nn
 
-from flashrt_ros.models.lerobot.gemma import GemmaSizes, GemmaStack
-from flashrt_ros.models.lerobot.smolvla_net import VisionModel, VLMSizes
-
-
-@dataclass(frozen=True)
-class VisionSizes:
-    """PaliGemma's SigLIP tower (So400m/14 in the published π0 / π0.5)."""
-
-    hidden: int = 1152
-    intermediate: int = 4304
-    layers: int = 27
-    heads: int = 16
-    patch_size: int = 14
-    eps: float = 1e-6
-
-    def siglip(self, image_size: int) -> VLMSizes:
-        """The vision fields of SmolVLA's size record, which its SigLIP classes read."""
-        return VLMSizes(vision_hidden=self.hidden, vision_heads=self.heads, vision_intermediate=self.intermediate,
-                        vision_layers=self.layers, patch_size=self.patch_size, image_size=image_size,
-                        vision_eps=self.eps, vision_act="gelu_pytorch_tanh")
+from flashrt_ros.models.lerobot.pi0.gemma import GemmaSizes, GemmaStack
+from flashrt_ros.models.lerobot.siglip import SiglipSizes, VisionModel
 
 
 class Projector(nn.Module):
@@ -48,13 +28,13 @@ class Projector(nn.Module):
 
 
 class VisionTower(nn.Module):
-    def __init__(self, v: VisionSizes, image_size: int) -> None:
+    def __init__(self, v: SiglipSizes, image_size: int) -> None:
         super().__init__()
-        self.vision_model = VisionModel(v.siglip(image_size), bucketed=False)
+        self.vision_model = VisionModel(v, image_size, bucketed=False)
 
 
 class PaliGemmaInner(nn.Module):
-    def __init__(self, v: VisionSizes, image_size: int, vlm: GemmaSizes) -> None:
+    def __init__(self, v: SiglipSizes, image_size: int, vlm: GemmaSizes) -> None:
         super().__init__()
         self.vision_tower = VisionTower(v, image_size)
         self.multi_modal_projector = Projector(v.hidden, vlm.width)
@@ -62,7 +42,7 @@ class PaliGemmaInner(nn.Module):
 
 
 class PaliGemma(nn.Module):
-    def __init__(self, v: VisionSizes, image_size: int, vlm: GemmaSizes) -> None:
+    def __init__(self, v: SiglipSizes, image_size: int, vlm: GemmaSizes) -> None:
         super().__init__()
         self.model = PaliGemmaInner(v, image_size, vlm)
 
@@ -74,7 +54,7 @@ class GemmaExpert(nn.Module):
 
 
 class PaliGemmaWithExpert(nn.Module):
-    def __init__(self, v: VisionSizes, image_size: int, vlm: GemmaSizes, expert: GemmaSizes, adarms: bool) -> None:
+    def __init__(self, v: SiglipSizes, image_size: int, vlm: GemmaSizes, expert: GemmaSizes, adarms: bool) -> None:
         super().__init__()
         self.paligemma = PaliGemma(v, image_size, vlm)
         self.gemma_expert = GemmaExpert(expert, adarms)
@@ -83,7 +63,7 @@ class PaliGemmaWithExpert(nn.Module):
 class PiModel(nn.Module):
     """``model.*`` of a LeRobot π0 (``pi05=False``) or π0.5 checkpoint."""
 
-    def __init__(self, v: VisionSizes, image_size: int, vlm: GemmaSizes, expert: GemmaSizes, *, pi05: bool,
+    def __init__(self, v: SiglipSizes, image_size: int, vlm: GemmaSizes, expert: GemmaSizes, *, pi05: bool,
                  max_state_dim: int, max_action_dim: int) -> None:
         super().__init__()
         self.paligemma_with_expert = PaliGemmaWithExpert(v, image_size, vlm, expert, adarms=pi05)

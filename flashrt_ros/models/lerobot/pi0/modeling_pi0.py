@@ -37,155 +37,31 @@ with ``rtc_config`` enabled.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from flashrt_ros.models.lerobot.checkpoint import PREPROCESSOR, LeRobotCheckpoint, PolicyIO, feature_specs, jsonable
-from flashrt_ros.models.lerobot.gemma import GEMMA_VARIANTS, GemmaSizes, gqa_attention
-from flashrt_ros.models.lerobot.instruction import LanguageInstruction
+from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, feature_specs, jsonable
+from flashrt_ros.models.lerobot.flow_time import flow_time_embeddings
+from flashrt_ros.models.lerobot.instruction import LanguageInstruction, PrefixedName
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
-from flashrt_ros.models.lerobot.pi05_prompt import StatePrompt
-from flashrt_ros.models.lerobot.pi0_net import PiModel, VisionSizes
-from flashrt_ros.models.lerobot.smolvla_net import sinusoidal_time
+from flashrt_ros.models.lerobot.pi0.configuration_pi0 import PALIGEMMA_TOKENIZER, PI0Config
+from flashrt_ros.models.lerobot.pi0.gemma import gqa_attention
+from flashrt_ros.models.lerobot.pi0.pi0_net import PiModel
+from flashrt_ros.models.lerobot.pi0.processor_pi05 import StatePrompt
 from flashrt_ros.models.lerobot.tokenizer_files import TokenizerSettings, tokenizer_file, tokenizer_settings
-from flashrt_ros.models.policy_interface import RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
+from flashrt_ros.models.policy_interface import ActionQueue, Guidance, PolicyModule, pop_queue, queue_chunk
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
-from flashrt_ros.models.rtc import flow_times, integrate_flow
+from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.ops.rope import rope_inv_freq
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
-
-EMPTY_CAMERA = "observation.images.empty_camera_"
-PALIGEMMA_TOKENIZER = "google/paligemma-3b-pt-224"
-#: optional file beside a checkpoint of other than the published sizes (the tests' reduced ones)
-SIZES_FILE = "pi_sizes.json"
-
-
-@dataclass(frozen=True)
-class PI0Config:
-    """The fields of LeRobot's ``PI0Config`` / ``PI05Config`` that shape inference, plus the network sizes."""
-
-    pi05: bool
-    state_dim: int
-    env_state_dim: int
-    action_dim: int
-    cameras: tuple[str, ...]
-    image_shape: tuple[int, int, int] | None
-    vlm: GemmaSizes = GEMMA_VARIANTS["gemma_2b"]
-    expert: GemmaSizes = GEMMA_VARIANTS["gemma_300m"]
-    vision: VisionSizes = field(default_factory=VisionSizes)
-    chunk_size: int = 50
-    n_action_steps: int = 50
-    max_state_dim: int = 32
-    max_action_dim: int = 32
-    num_inference_steps: int = 10
-    image_resolution: tuple[int, int] = (224, 224)
-    tokenizer_max_length: int = 48
-    prompt_state_dim: int = 32             # π0.5: numbers in the prompt (its preprocessor step's max_state_dim)
-    min_period: float = 4e-3
-    max_period: float = 4.0
-    seed: int = 0                          # noise seed written at every episode start (reset)
-
-    @property
-    def image_tokens(self) -> int:
-        return (self.image_resolution[0] // self.vision.patch_size) ** 2
-
-    @property
-    def image_rows(self) -> int:
-        return len(self.cameras) * self.image_tokens
-
-    @property
-    def prefix_capacity(self) -> int:
-        """Prefix rows: every camera's image tokens, then the instruction (prompt) at its maximum length."""
-        return self.image_rows + self.tokenizer_max_length
-
-    @property
-    def state_width(self) -> int:
-        """The stored (padded) state: π0's ``state_proj`` input, or the numbers of π0.5's prompt."""
-        return self.prompt_state_dim if self.pi05 else self.max_state_dim
-
-    @property
-    def suffix_len(self) -> int:
-        """The expert's tokens: π0 a state token and the chunk, π0.5 the chunk."""
-        return self.chunk_size + (0 if self.pi05 else 1)
-
-    @classmethod
-    def from_checkpoint(cls, ckpt: LeRobotCheckpoint, tokenizer: TokenizerSettings) -> PI0Config:
-        c, kind = ckpt.config, ckpt.policy_type
-        name = "π0.5" if kind == "pi05" else "π0"
-        if int(c.get("n_obs_steps", 1)) != 1:
-            raise InvalidArgument(f"{name} supports n_obs_steps == 1 only")
-        rtc = c.get("rtc_config")
-        if isinstance(rtc, dict) and rtc.get("enabled"):
-            raise InvalidArgument(f"{name} with rtc_config.enabled=true is not supported: Real-Time Chunking is the "
-                                  "engine's replan rtc (rtc_* parameters), not a checkpoint setting")
-        if STATE not in ckpt.input_features:
-            raise InvalidArgument(f"{ckpt.path}/config.json: {name} needs an {STATE!r} input")
-        # empty cameras are masked out of LeRobot's prefix: leaving them out gives the same actions;
-        # π reads no environment state (LeRobot ignores it too)
-        real = {k: v for k, v in ckpt.input_features.items()
-                if not k.startswith(EMPTY_CAMERA) and v[0] in ("STATE", "VISUAL")}
-        io = PolicyIO.from_checkpoint(
-            LeRobotCheckpoint(ckpt.path, c, {}, ckpt.normalize, ckpt.unnormalize, real, ckpt.output_features), name)
-        if not io.cameras:
-            raise InvalidArgument(f"{ckpt.path}/config.json: {name} needs at least one camera")
-        resolution = tuple(int(x) for x in c.get("image_resolution", (224, 224)))
-        if resolution[0] != resolution[1]:
-            raise InvalidArgument(f"{name}: image_resolution must be square (PaliGemma), got {resolution}")
-        vlm, expert, vision = _sizes(ckpt)
-        names = ("chunk_size", "n_action_steps", "max_state_dim", "max_action_dim", "num_inference_steps",
-                 "min_period", "max_period")
-        cfg = cls(pi05=kind == "pi05", **asdict(io), vlm=vlm, expert=expert, vision=vision,
-                  image_resolution=resolution, tokenizer_max_length=tokenizer.max_length,
-                  prompt_state_dim=_prompt_state_dim(ckpt), **{k: c[k] for k in names if k in c})
-        if cfg.action_dim > cfg.max_action_dim or cfg.state_dim > cfg.state_width:
-            raise InvalidArgument(f"{name}: state/action longer than the padded width ({cfg.state_width} / "
-                                  f"{cfg.max_action_dim})")
-        if cfg.n_action_steps > cfg.chunk_size:
-            raise InvalidArgument(f"{name}: n_action_steps must be <= chunk_size")
-        if (expert.head_dim, expert.num_kv_heads, expert.num_heads) != (vlm.head_dim, vlm.num_kv_heads, vlm.num_heads):
-            raise InvalidArgument(f"{name}: the expert must have the language model's attention heads")
-        if expert.depth > vlm.depth:
-            raise InvalidArgument(f"{name}: the expert has more layers than the language model")
-        return cfg
-
-
-def _prompt_state_dim(ckpt: LeRobotCheckpoint) -> int:
-    """How many state numbers π0.5's preprocessor writes into the prompt: its state step's ``max_state_dim``.
-
-    LeRobot 0.4.4 saves that step without its fields, so a reloaded preprocessor pads to the default 32
-    whatever the policy's ``max_state_dim``; read it from the file when present, else 32, as LeRobot does."""
-    pipeline = json.loads((ckpt.path / PREPROCESSOR).read_text())
-    for step in pipeline.get("steps", []):
-        if step.get("registry_name") == "pi05_prepare_state_tokenizer_processor_step":
-            return int(step.get("config", {}).get("max_state_dim", 32))
-    return 32
-
-
-def _sizes(ckpt: LeRobotCheckpoint) -> tuple[GemmaSizes, GemmaSizes, VisionSizes]:
-    """The published variants named in config.json, or ``pi_sizes.json`` beside the checkpoint."""
-    path = ckpt.path / SIZES_FILE
-    if path.is_file():
-        raw = json.loads(path.read_text())
-        try:
-            return (GemmaSizes(**raw["paligemma"]), GemmaSizes(**raw["action_expert"]), VisionSizes(**raw["vision"]))
-        except (KeyError, TypeError) as exc:
-            raise InvalidArgument(f"{path}: needs 'paligemma', 'action_expert' and 'vision' sizes ({exc})") from None
-    out = []
-    for key, default in (("paligemma_variant", "gemma_2b"), ("action_expert_variant", "gemma_300m")):
-        variant = str(ckpt.config.get(key, default))
-        if variant not in GEMMA_VARIANTS:
-            raise InvalidArgument(f"{ckpt.path}/config.json: {key} {variant!r} is not one of {sorted(GEMMA_VARIANTS)}")
-        out.append(GEMMA_VARIANTS[variant])
-    return out[0], out[1], VisionSizes()
 
 
 def resize_with_pad(img: Tensor, height: int, width: int) -> Tensor:
@@ -203,18 +79,9 @@ def resize_with_pad(img: Tensor, height: int, width: int) -> Tensor:
 class PI0Policy(LanguageInstruction, PolicyModule):
     """A LeRobot π0 or π0.5 checkpoint as a ``PolicyModule`` (see the module doc for its state)."""
 
-    PREFIX = "policy.pi0."
-    KEY = PREFIX + "kv.k."
-    VALUE = PREFIX + "kv.v."
-    PREFIX_LEN = PREFIX + "prefix_len"
-    IMAGES = PREFIX + "images"
-    STATE_VEC = PREFIX + "state"
-    LANG = PREFIX + "lang_tokens"
-    LANG_LEN = PREFIX + "lang_len"
-    QUEUE = PREFIX + "queue"
-    LEFT = PREFIX + "queue_left"
-    RNG_SEED = RNG_SEED
-    PLANS = "policy.rng.plans"
+    PREFIX = "policy.pi0."            # the buffer names (``KEY``, ``QUEUE``, ...): ``LanguageInstruction``
+    IMAGES = PrefixedName("images")
+    STATE_VEC = PrefixedName("state")
     #: checkpoint weights inference never reads (the two language heads); accepted when present
     OPTIONAL_WEIGHTS = ("model.paligemma_with_expert.paligemma.lm_head.weight",
                         "model.paligemma_with_expert.gemma_expert.lm_head.weight")
@@ -233,10 +100,8 @@ class PI0Policy(LanguageInstruction, PolicyModule):
                              max_state_dim=cfg.max_state_dim, max_action_dim=cfg.max_action_dim)
         self.norm = PolicyNormalization(ckpt)
         self.prompt = StatePrompt(self.tokenizer(), cfg.tokenizer_max_length, cfg.state_width) if cfg.pi05 else None
-        # the Euler times 1, 1 - 1/K, ... as LeRobot forms them (float32), embedded in float64 once
-        times = torch.tensor(flow_times(cfg.num_inference_steps), dtype=torch.float32)
-        self.register_buffer("time_embeddings", sinusoidal_time(times.to(torch.float64), cfg.expert.width,
-                                                                cfg.min_period, cfg.max_period), persistent=False)
+        self.register_buffer("time_embeddings", flow_time_embeddings(cfg.num_inference_steps, cfg.expert.width,
+                                                                     cfg.min_period, cfg.max_period), persistent=False)
         # the expert's own attention: π0's state token (block 1) sees itself, the actions (block 2) see
         # the state and each other; π0.5's actions see each other
         blocks = torch.tensor(([] if cfg.pi05 else [1]) + [2] * cfg.chunk_size)
@@ -260,7 +125,7 @@ class PI0Policy(LanguageInstruction, PolicyModule):
             return
         if numerics != "fast":
             raise InvalidArgument(f"π0: numerics {numerics!r} after {self.numerics!r}: choose it once, at load")
-        from flashrt_ros.models.lerobot.pi0_fast import FastPi
+        from flashrt_ros.models.lerobot.pi0.pi0_fast import FastPi
         self.fast = FastPi(self)
         self.numerics = "fast"
 

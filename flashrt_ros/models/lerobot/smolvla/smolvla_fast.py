@@ -1,7 +1,7 @@
 """SmolVLA's network in the ``fast`` numerics: the same plan, the same arena buffers, other kernels.
 
 Why: what a plan computes with is free, what state it touches is not. The
-``exact`` forward passes in ``smolvla.py`` keep LeRobot's arithmetic to the bit
+``exact`` forward passes in ``modeling_smolvla.py`` keep LeRobot's arithmetic to the bit
 (CPU parity); this one keeps their function and every buffer they write (the
 prefix KV rows valid-first with zeros after, ``prefix_len``, the queue, the
 noise counter) but runs it as few, large kernels:
@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flashrt_ros.models.lerobot.llama_fast import ALIGN, FastLlamaLayer, grouped_attention, grouped_mask
+from flashrt_ros.models.lerobot.smolvla.llama_fast import ALIGN, FastLlamaLayer, grouped_attention, grouped_mask
 from flashrt_ros.models.lerobot.siglip_fast import FastVisionModel
-from flashrt_ros.models.lerobot.smolvla_net import pixel_shuffle, rope_tables
+from flashrt_ros.models.lerobot.smolvla.smolvla_net import pixel_shuffle, rope_tables
 from flashrt_ros.models.policy_interface import Guidance, queue_chunk
 from flashrt_ros.models.rtc import integrate_flow
 from flashrt_ros.ops.counter_rng import normal
@@ -87,7 +87,7 @@ class FastSmolVLA(nn.Module):
         t = times.to(dtype).float()                        # the embeddings as the reference takes them
         self.register_buffer("action_bias", (t @ w_t.t() + bias[None, :]).to(dtype))
 
-    # --- the plan's two parts (same buffers as the exact ones in smolvla.py) -------------------------
+    # --- the plan's two parts (same buffers as the exact ones in modeling_smolvla.py) ----------------
     def prefill(self, policy, observation: Mapping[str, Tensor], arena: StateArena) -> None:
         """The VLM over images + instruction + state, in the arena's row order; each layer's KV into the arena."""
         c, s = self.cfg, self.cfg.vlm
