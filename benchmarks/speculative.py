@@ -72,6 +72,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="a Qwen3-Next checkpoint directory with mtp.* weights (default: the 0.81B shape, random)")
     p.add_argument("--no-mtp", action="store_true", help="skip the MTP-head rows")
+    p.add_argument("--readout", choices=("permutation", "random"), default="permutation",
+                   help="random weights' read-out: permutation (clear greedy margins, see permutation_readout_; "
+                        "default) or random (flat logits: bf16 near-ties flip between verify and step)")
     p.add_argument("--no-cuda-graphs", action="store_true", help="run steps eagerly")
     p.add_argument("--bandwidth-mib", type=int, default=None, help="copy probe size (default 1024 on CUDA, 64 on CPU)")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
@@ -115,14 +118,43 @@ def build_model(args: argparse.Namespace) -> tuple[HybridCausalLM, str, int]:
     with torch.device(args.device):
         model = HybridCausalLM(cfg)
     seeded_weights_(model, args.seed)
+    if args.readout == "permutation":
+        permutation_readout_(model, args.seed)
     floor_bytes = weight_read_bytes(model.to(dtype))
     with torch.device(args.device):
         head = MultiTokenPredictor(cfg)
     seeded_weights_(head, args.seed + 1)
     model.mtp = head.to(dtype)
     name = "hybrid-tiny" if args.quick else "hybrid-0.81B"
-    return model.eval().requires_grad_(False), f"{name}, seeded random weights and MTP head (seed {args.seed})", \
-        floor_bytes
+    readout = ("; permutation read-out (next token = a fixed permutation of the current one, clear margins)"
+               if args.readout == "permutation" else "")
+    return model.eval().requires_grad_(False), \
+        f"{name}, seeded random weights and MTP head (seed {args.seed}){readout}", floor_bytes
+
+
+#: how far the token embedding outweighs what the layers add to the residual stream (``permutation_readout_``)
+EMBEDDING_GAIN = 1000.0
+
+
+def permutation_readout_(model: HybridCausalLM, seed: int) -> None:
+    """Give seeded random weights clear greedy margins: next token = a fixed random permutation of the current one.
+
+    Random weights give nearly flat logits, so a (k+1)-token verification, which rounds
+    differently from a one-token step in bf16, flips near-ties and the speculative run
+    leaves the plain run's tokens (then the oracle's script no longer matches). Here the
+    embedding is scaled so the residual stream carries the current token past the
+    layers' (random, still computed) contributions, and the lm_head rows are the
+    embedding rows permuted: the winning logit leads the rest by ~25 standard
+    deviations. Speed does not depend on weight values; every kernel runs as before.
+    """
+    emb = model.embed_tokens.weight
+    if model.lm_head.weight.data_ptr() == emb.data_ptr():
+        raise ValueError("permutation read-out needs an untied lm_head (use --readout random)")
+    gen = torch.Generator().manual_seed(seed + 7)
+    perm = torch.randperm(emb.shape[0], generator=gen).to(emb.device)
+    with torch.no_grad():
+        model.lm_head.weight.copy_(emb[perm.argsort()])   # row perm[t] = embedding of t: argmax after t is perm[t]
+        emb.mul_(EMBEDDING_GAIN)
 
 
 def wrong_positions(start: int, end: int, rate: float, seed: int) -> list[int]:
