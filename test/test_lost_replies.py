@@ -39,12 +39,15 @@ class LossyServer:
                                           "get_result": []}
         self.drop_goal_replies = True
         self.publish_status = True
+        self.lose_first_goal_request = False     # as if it never arrived: no reply, no status
+        self.accept_goals = True
         self._lock = threading.Lock()
         self._lossy(ListCapsules, f"{NS}/list", "list", drop=lambda n: n == 1, fill=self._list)
         self._lossy(Rollback, f"{NS}/rollback", "rollback", drop=lambda n: True, fill=lambda r: None)
         impl = Generate.Impl
         self._lossy(impl.SendGoalService, f"{NS}/generate/_action/send_goal", "send_goal",
-                    drop=lambda n: self.drop_goal_replies, fill=self._accept, after=self._goal_replied)
+                    drop=lambda n: self.drop_goal_replies or self._lost(n), fill=self._accept,
+                    after=self._goal_replied)
         self._lossy(CancelGoal, f"{NS}/generate/_action/cancel_goal", "cancel", drop=lambda n: False,
                     fill=lambda r: None)
         self._lossy(impl.GetResultService, f"{NS}/generate/_action/get_result", "get_result",
@@ -75,12 +78,16 @@ class LossyServer:
     def _list(response) -> None:
         response.success, response.message = True, "0 capsules"
 
-    @staticmethod
-    def _accept(response) -> None:
-        response.accepted = True
+    def _lost(self, n: int) -> bool:
+        return self.lose_first_goal_request and n == 1
+
+    def _accept(self, response) -> None:
+        response.accepted = self.accept_goals
 
     def _goal_replied(self) -> None:
-        if not self.publish_status:
+        with self._lock:
+            n = len(self.received["send_goal"])
+        if not self.publish_status or self._lost(n) or not self.accept_goals:
             return
         status = GoalStatusArray()
         status.status_list.append(GoalStatus(status=GoalStatus.STATUS_SUCCEEDED))
@@ -133,17 +140,47 @@ def test_a_lost_reply_of_an_unsafe_verb_is_a_timeout_never_a_resend(server, clie
     assert len(server.received["rollback"]) == 1      # rolled back once, never twice
 
 
-def test_a_goal_whose_acceptance_is_lost_is_cancelled_by_id_never_resent(server, client):
+def test_a_goal_whose_acceptance_is_lost_is_cancelled_by_id_never_sent_under_a_new_id(server, client):
     server.drop_goal_replies, server.publish_status = True, False     # nothing says it was accepted
     server.received["send_goal"].clear()
     server.received["cancel"].clear()
     with pytest.raises(ServiceCallError) as err:
         client.generate("hi", wait_s=5.0, timeout_s=60.0)
     assert err.value.error_code == TIMEOUT_CODE and "cancel was sent" in str(err.value)
-    assert len(server.received["send_goal"]) == 1
+    sent_ids = {bytes(request.goal_id.uuid) for request in server.received["send_goal"]}
+    assert len(sent_ids) == 1, "copies of the request carry the goal's own id (a server refuses a tracked id)"
     wait_until(lambda: server.received["cancel"], what="the cancel at the server")
-    sent_id = bytes(server.received["send_goal"][0].goal_id.uuid)
-    assert bytes(server.received["cancel"][0].goal_info.goal_id.uuid) == sent_id
+    assert bytes(server.received["cancel"][0].goal_info.goal_id.uuid) in sent_ids
+
+
+def test_a_lost_goal_request_is_sent_again_under_the_same_id_and_answered(server, client):
+    """The first request never arrives (a server that had not yet matched the client): no reply,
+    no status. Its copy, under the same goal id, is accepted and the goal runs to its result
+    (before: the client waited out ``wait_s`` and cancelled; CI saw a 60 s wait after a node restart)."""
+    server.drop_goal_replies, server.publish_status, server.lose_first_goal_request = False, True, True
+    server.received["send_goal"].clear()
+    server.received["cancel"].clear()
+    try:
+        outcome = client.generate("hi", wait_s=60.0, timeout_s=120.0, feedback_grace_s=0.0)
+    finally:
+        server.lose_first_goal_request = False
+    assert outcome.accepted and outcome.result.success and outcome.result.message == "0 tokens"
+    sent_ids = [bytes(request.goal_id.uuid) for request in server.received["send_goal"]]
+    assert len(sent_ids) >= 2 and len(set(sent_ids)) == 1 and server.received["cancel"] == []
+
+
+def test_a_refused_copy_of_a_lost_goal_request_is_the_answer(server, client):
+    """The copy is refused and no status names the goal: the client reports the refusal (it does
+    not wait out ``wait_s``)."""
+    server.drop_goal_replies, server.publish_status, server.lose_first_goal_request = False, True, True
+    server.accept_goals = False
+    server.received["send_goal"].clear()
+    try:
+        outcome = client.generate("hi", wait_s=60.0, timeout_s=120.0, feedback_grace_s=0.0)
+    finally:
+        server.lose_first_goal_request, server.accept_goals = False, True
+    assert not outcome.accepted
+    assert len(server.received["send_goal"]) >= 2
 
 
 def test_a_lost_acceptance_is_recovered_from_the_status_topic(server, client):

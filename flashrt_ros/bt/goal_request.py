@@ -62,7 +62,9 @@ class GoalRequest:
     none) bounds the whole goal, after which it is cancelled and FAILS with
     TIMEOUT. ``result`` holds the action's result.
 
-    Lost replies: a goal is never re-sent (it may have been accepted). One whose
+    Lost replies: a goal is never sent under a new id (it may have been accepted);
+    the client sends a request that nothing answers or lists again under the
+    goal's own id (``client.goals``). One whose
     acceptance has not arrived within the answer bound is cancelled by its goal
     id, in case it runs all the same; later requests then wait only for the
     node's answer to that cancel. A result reply that may have been lost is
@@ -142,7 +144,7 @@ class GoalRequest:
                 what = ("a cancel by its id was sent in case it was accepted" if self._id_cancel is not None
                         else "its id is unknown, so it could not be cancelled")
                 return self._fail(ErrorCode.TIMEOUT, f"{self.action}: goal not answered within "
-                                                     f"{self.answer_limit_s:g} s (not re-sent; {what})")
+                                                     f"{self.answer_limit_s:g} s (never sent under a new id; {what})")
             self.handle = self.goal_future.result()
             if self.handle is None or not self.handle.accepted:
                 self._forget_goal()

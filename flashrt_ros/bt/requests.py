@@ -15,7 +15,7 @@ the rules live here and the front-ends only translate statuses and ports:
   ``TIMEOUT``; a request that is safe to repeat (``flashrt_ros.client.retry_safe``:
   list, verify, pin, unpin, save, pause, resume, restore, reset, snapshot with
   overwrite) is re-sent while it waits (2 s, 6 s, 14 s after the first), and
-  the first reply to any copy counts. A goal is never re-sent: if its
+  the first reply to any copy counts. A goal is never sent under a new id: if its
   acceptance never arrives it is cancelled by its goal id, and a result lost
   after the goal ended (its status says so) is asked for again.
 * **Halt stops at a committed boundary.** Halting a service request abandons it

@@ -1,10 +1,16 @@
 """Goals: sent under a fresh id with a lease, their acceptance recovered, their result asked for
 again, cancelled by handle or by id.
 
-Lost replies. A goal is never re-sent (it may have been accepted). One whose
-acceptance reply is lost but which the action's status topic lists was accepted:
-after ``ACCEPTANCE_GRACE_S`` the listing is taken as the acceptance. One that no
-status lists either is cancelled by its goal id when the wait for it ends. A
+Lost replies and requests. A goal is never sent under a new id twice (it may
+have been accepted). One whose acceptance reply is lost but which the action's
+status topic lists was accepted: after ``ACCEPTANCE_GRACE_S`` the listing is taken
+as the acceptance. One that neither a reply nor the status names after
+``REQUEST_RESEND_FIRST_S`` may never have arrived (a server that has not yet
+matched the client drops it): the same request goes again under the same goal id,
+doubling the wait up to ``REQUEST_RESEND_MAX_S``; the server refuses an id it
+already tracks, so a copy never starts a second goal, and whichever reply comes
+answers the goal. One still unanswered when the wait for it ends is cancelled by
+its goal id. A
 lost result is asked for again (get-result is read-only): soon once the goal's
 status says it ended, and on a slow doubling schedule while no status says so,
 because a status message taken before the goal's acceptance is dropped by rclpy
@@ -36,6 +42,10 @@ GOAL_ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatu
 #: How long a goal listed by the node's status may wait for its acceptance reply before the client
 #: takes the listing as the acceptance (the reply was lost).
 ACCEPTANCE_GRACE_S = 1.0
+#: How long a goal may go unanswered and unlisted before its request is sent again (same goal id),
+#: doubling up to ``REQUEST_RESEND_MAX_S``.
+REQUEST_RESEND_FIRST_S = 2.0
+REQUEST_RESEND_MAX_S = 8.0
 #: After a goal's status says it ended, how long its result may take before it is asked for again.
 RESULT_GRACE_S = 2.0
 #: While no status says the goal ended: first re-ask of its result, doubling up to ``RESULT_ASK_MAX_S``.
@@ -69,6 +79,17 @@ class ResultAsking:
         return due
 
 
+class _Resend:
+    """A goal awaiting its acceptance: what to send again, when, and a refused copy's answer."""
+
+    def __init__(self, client: Any, goal: Any, goal_id: Any, future: Future, sent_at: float) -> None:
+        self.client, self.goal, self.goal_id, self.future = client, goal, goal_id, future
+        self.delay_s = REQUEST_RESEND_FIRST_S
+        self.next_at = sent_at + self.delay_s
+        self.copies = 0
+        self.refusal: tuple[Any, float] | None = None
+
+
 class GoalCalls(ClientCore):
     """The goals of the node's actions that this client sent, from their send to their result."""
 
@@ -78,6 +99,7 @@ class GoalCalls(ClientCore):
         self._sent_goal_ids: dict[int, Any] = {}     # goal request future -> goal id, until answered
         self._awaiting_acceptance: set[bytes] = set()
         self._listed: dict[bytes, tuple[Any, Any, Any, float]] = {}   # (client, id, stamp, first seen)
+        self._resends: dict[bytes, _Resend] = {}     # goals awaiting acceptance: how to send them again
         self._recovery_timer: Any = None
         self._cancel_clients: dict[str, Any] = {}    # action name -> its cancel_goal service client
 
@@ -103,7 +125,9 @@ class GoalCalls(ClientCore):
             self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
         if goal.lease_s > 0:
             self.leases.hold(goal_id)
-        return self._remember_goal_id(action_client.send_goal_async(goal, goal_uuid=goal_id), goal_id)
+        future = action_client.send_goal_async(goal, goal_uuid=goal_id)
+        self._resends[bytes(goal_id.uuid)] = _Resend(action_client, goal, goal_id, future, time.monotonic())
+        return self._remember_goal_id(future, goal_id)
 
     def _remember_goal_id(self, future: Future, goal_id: Any) -> Future:
         """Keep a sent goal's id until its acceptance arrives (from its reply, or from the action's
@@ -118,6 +142,7 @@ class GoalCalls(ClientCore):
             self._sent_goal_ids.pop(id(f), None)
             self._awaiting_acceptance.discard(key)
             self._listed.pop(key, None)
+            self._resends.pop(key, None)
         future.add_done_callback(answered)
         return future
 
@@ -139,7 +164,35 @@ class GoalCalls(ClientCore):
         now = time.monotonic()
         for key, (action_client, goal_id, stamp, seen) in list(self._listed.items()):
             if now - seen >= ACCEPTANCE_GRACE_S and self._listed.pop(key, None) is not None:
-                action_client.accept_from_status(goal_id, stamp)
+                resend = self._resends.get(key)
+                action_client.accept_from_status(goal_id, stamp, resend.future if resend else None)
+        for key, resend in list(self._resends.items()):
+            if key not in self._awaiting_acceptance or key in self._listed or resend.future.done():
+                continue
+            if resend.refusal is not None and now - resend.refusal[1] >= ACCEPTANCE_GRACE_S:
+                # a copy was refused and no status names the goal: the refusal is the answer
+                resend.client.answer_pending(resend.goal_id, lambda r=resend: r.refusal[0], resend.future)
+            elif resend.refusal is None and now >= resend.next_at:
+                self._send_again(key, resend, now)
+
+    def _send_again(self, key: bytes, resend: "_Resend", now: float) -> None:
+        """Send a goal's request again under its own id (see the module docstring)."""
+        copy = resend.client.send_goal_async(resend.goal, goal_uuid=resend.goal_id)
+        resend.copies += 1
+        resend.delay_s = min(2 * resend.delay_s, REQUEST_RESEND_MAX_S)
+        resend.next_at = now + resend.delay_s
+
+        def copy_answered(f: Future) -> None:
+            if f.cancelled() or resend.future.done() or f.exception() is not None:
+                return
+            handle = f.result()
+            if handle.accepted:
+                resend.client.answer_pending(resend.goal_id, lambda: handle, resend.future)
+            else:
+                # refused: a new refusal, or the server already tracks this id (the first copy
+                # arrived after all, and its status will say so): decided after a grace
+                resend.refusal = (handle, time.monotonic())
+        copy.add_done_callback(copy_answered)
 
     def sent_goal_id(self, future: Future) -> Any:
         """The goal id of a ``generate_async`` / ``run_policy_async`` future still waiting for its
@@ -175,7 +228,8 @@ class GoalCalls(ClientCore):
             # Never re-sent: it may have been accepted. Cancel it by its id in case it was.
             cancelled = self._cancel_by_id(action, sent, self._sent_goal_ids.get(id(sent)), wait_s)
             raise ServiceCallError(
-                f"{action}: no answer to the goal request within {wait_s:.1f} s (TIMEOUT); not re-sent, "
+                f"{action}: no answer to the goal request (nor to its copies under the same id) within {wait_s:.1f} s "
+                "(TIMEOUT); never sent under a new id, "
                 + ("a cancel was sent in case it was accepted" if cancelled else
                    "and no answer to a cancel either: the goal may be running"), TIMEOUT_CODE)
         self._sent_goal_ids.pop(id(sent), None)
