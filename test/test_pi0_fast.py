@@ -171,3 +171,41 @@ def test_a_capsule_of_one_numerics_is_refused_by_the_other(tmp_path):
     p.use_numerics("fast")
     with pytest.raises(InvalidArgument, match="choose it once"):
         p.use_numerics("exact")
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fast_plan_through_its_triton_kernels_equals_exact(kind, tmp_path, monkeypatch):
+    """The kernels the GPU runs, in the plan, on the CPU: triton's interpreter takes every fused kernel (the row
+    kernels, the few-row products with RoPE / gated GELU / residual fused, the split-key attention of the expert
+    and the one-pass one of the prefix) and the whole plan must give ``exact``'s actions within float32
+    rounding (head dim 32: the few-row RoPE kernel's smallest)."""
+    from triton_interpret import INTERPRET, needs_triton
+    if needs_triton.args[0] or not INTERPRET:
+        pytest.skip("needs triton's interpreter (a GPU runs the same kernels in test_pi0_cuda.py)")
+    from flashrt_ros.models.lerobot.pi0.gemma import GemmaSizes
+    from flashrt_ros.ops import fused_rows, prefix_attention, rows_matmul
+    heads = dict(num_heads=2, num_kv_heads=1, head_dim=32, vocab_size=256)
+    sizes = dict(vlm=GemmaSizes(width=64, depth=2, mlp_dim=96, **heads),
+                 expert=GemmaSizes(width=48, depth=2, mlp_dim=64, **heads))
+    engines = {}
+    for numerics in ("exact", "fast"):
+        p = tiny_pi(KINDS[kind], **sizes)
+        p.use_numerics(numerics)
+        if numerics == "fast":
+            p.fast.attention = "kernel"
+        engines[numerics] = PolicyEngine(p, directory=str(tmp_path / numerics))
+        set_instruction(engines[numerics], TASK)
+    calls = {"rows": 0, "attention": 0}
+
+    def counted(name):
+        def use(x: torch.Tensor) -> bool:
+            calls[name] += 1
+            return True
+        return use
+    monkeypatch.setattr(fused_rows, "use_triton", lambda x: True)
+    monkeypatch.setattr(rows_matmul, "use_triton", counted("rows"))
+    monkeypatch.setattr(prefix_attention, "use_triton", counted("attention"))
+    fast = run(engines["fast"], 0, 7)
+    monkeypatch.undo()
+    assert calls["rows"] > 0 and calls["attention"] > 0
+    assert rel(fast, run(engines["exact"], 0, 7)) <= 1e-5

@@ -13,7 +13,9 @@ attention, and two or three row kernels (``ops.fused_rows``):
   kernel with per-step tables the policy precomputes (``ada``);
 - the RoPE of queries and keys and the write of keys and values straight into
   their static buffer rows are one kernel; the output and down products add the
-  residual in cuBLAS (``addmm``);
+  residual in cuBLAS (``addmm``). An expert's few rows (a chunk) take
+  ``ops.rows_matmul`` instead: each product is one kernel with its row work
+  (the norm's scale, RoPE and the KV writes, the gated GELU, the residual) fused;
 - attention: all query heads share the one key head, so they are folded into
   query rows (row ``l * heads + h``) of a single-head SDPA over the static keys,
   with an additive mask (no copies of keys, no float32 scores; the backend's
@@ -30,7 +32,8 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashrt_ros.models.lerobot.pi0.gemma import GemmaLayer, GemmaSizes
-from flashrt_ros.ops.fused_rows import gelu_gate, qkv_rope, residual_norm
+from flashrt_ros.ops.fused_rows import residual_norm
+from flashrt_ros.ops.rows_matmul import gelu_gate_rows, matmul_rows, qkv_rope_rows
 
 
 def _fold(weight: Tensor, norm_weight: Tensor) -> Tensor:
@@ -62,21 +65,23 @@ class FastGemmaLayer(nn.Module):
         ``h``: the normalised rows (adaRMS); None for a folded norm (the raw rows ``x`` are scaled)."""
         s = self.sizes
         q = torch.empty(x.shape[0], s.num_heads, s.head_dim, dtype=x.dtype, device=x.device)
-        if h is None:
-            qkv_rope(x @ self.qkv.t(), cos, sin, s.num_heads, s.num_kv_heads, q, k_dst, v_dst, x=x,
-                     eps=s.rms_norm_eps, valid=valid)
-        else:
-            qkv_rope(h @ self.qkv.t(), cos, sin, s.num_heads, s.num_kv_heads, q, k_dst, v_dst, valid=valid)
+        rows, eps = (x, s.rms_norm_eps) if h is None else (h, None)
+        qkv_rope_rows(rows, self.qkv, cos, sin, s.num_heads, s.num_kv_heads, q, k_dst, v_dst, norm_eps=eps,
+                      valid=valid)
         return q
+
+    def output(self, attn: Tensor, residual: Tensor | None = None) -> Tensor:
+        """The attention's output product (``+ residual``)."""
+        return matmul_rows(attn, self.o, residual=residual)
 
     def gate_up_down(self, h: Tensor) -> Tensor:
         """The MLP on normalised rows ``h`` (adaRMS), without the residual (which is gated)."""
-        return gelu_gate(h @ self.gate_up.t()) @ self.down.t()
+        return matmul_rows(gelu_gate_rows(h, self.gate_up), self.down)
 
     def folded_rest(self, x: Tensor, attn: Tensor) -> Tensor:
         """Output product (+ residual), then the MLP with its folded norm (+ residual)."""
-        x = torch.addmm(x, attn, self.o.t())
-        return torch.addmm(x, gelu_gate(x @ self.gate_up.t(), x=x, eps=self.sizes.rms_norm_eps), self.down.t())
+        x = self.output(attn, residual=x)
+        return matmul_rows(gelu_gate_rows(x, self.gate_up, norm_eps=self.sizes.rms_norm_eps), self.down, residual=x)
 
 
 def single_key_head_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:

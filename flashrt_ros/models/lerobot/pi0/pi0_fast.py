@@ -185,7 +185,7 @@ class FastPi(nn.Module):
                 h, normed = ada_residual_norm(h, update, gate, self.ada_in[step, i], eps)
                 q = layer.project_qkv(h, normed, cos, sin, kv[0, i, P:P + L], kv[1, i, P:P + L])
                 attn = attend(q, i)
-                h, normed = ada_residual_norm(h, attn @ layer.o.t(), self.ada_in[step, i, 2], self.ada_post[step, i],
+                h, normed = ada_residual_norm(h, layer.output(attn), self.ada_in[step, i, 2], self.ada_post[step, i],
                                               eps)
                 update, gate = layer.gate_up_down(normed), self.ada_post[step, i, 2]
             _, out = ada_residual_norm(h, update, gate, self.ada_final[step], eps)

@@ -1,0 +1,85 @@
+"""A linear layer over a few rows with its row work fused in: a folded norm, a residual, a gated GELU, RoPE.
+
+Why: a VLA expert's flow step multiplies 50-51 rows by each weight matrix, where
+the product is bound by reading the weights and every extra launch (the RoPE, the
+gate, a residual copy, split-K reductions) costs as much again; the triton path
+(``ops.triton.rows_matmul``, CUDA tensors of at most ``MAX_ROWS`` rows) is one
+kernel per product. The torch expressions here are the reference and the path for
+everything else (CPU, a prefix's hundreds of rows: cuBLAS plus the row kernels of
+``ops.fused_rows``).
+
+``scale``: the weights are float8 (E4M3) with one float32 scale per output column
+(``ops.fp8_weights``); the reference widens them first.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from flashrt_ros.ops.fused_rows import gelu_gate, qkv_rope
+from flashrt_ros.ops.triton import use_triton
+
+#: at most this many rows take the fused kernel (the tile holds them all)
+MAX_ROWS = 64
+_enabled = True
+
+
+@contextmanager
+def few_row_kernels(enabled: bool) -> Iterator[None]:
+    """Switch the fused few-row kernels on or off for the block (a benchmark compares both paths in one process;
+    graphs captured inside keep the path they were captured with)."""
+    global _enabled
+    previous, _enabled = _enabled, enabled
+    try:
+        yield
+    finally:
+        _enabled = previous
+
+
+def _fused(x: torch.Tensor) -> bool:
+    return _enabled and use_triton(x) and x.shape[0] <= MAX_ROWS
+
+
+def _weights(w: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    if scale is None:
+        return w
+    return (w.float() * scale.float()[:, None]).to(dtype)
+
+
+def matmul_rows(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
+                scale: torch.Tensor | None = None) -> torch.Tensor:
+    """``[residual +] x @ w.T`` (``w (N, K)``), accumulated in float32 and rounded once."""
+    if _fused(x):
+        from flashrt_ros.ops.triton.rows_matmul import rows_matmul
+        return rows_matmul(x, w, residual=residual, scale=scale)
+    w = _weights(w, scale, x.dtype)
+    return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
+
+
+def gelu_gate_rows(x: torch.Tensor, w: torch.Tensor, *, scale: torch.Tensor | None = None,
+                   norm_eps: float | None = None) -> torch.Tensor:
+    """``ops.fused_rows.gelu_gate`` of ``x @ w.T`` (``w = [gate | up] (2F, K)``); ``norm_eps``: ``x`` are the raw
+    rows of a folded RMSNorm."""
+    if _fused(x):
+        from flashrt_ros.ops.triton.rows_matmul import rows_gelu_gate
+        return rows_gelu_gate(x, w, scale=scale, norm_eps=norm_eps)
+    product = x @ _weights(w, scale, x.dtype).t()
+    return gelu_gate(product) if norm_eps is None else gelu_gate(product, x=x, eps=norm_eps)
+
+
+def qkv_rope_rows(x: torch.Tensor, w: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int,
+                  q_out: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor, *, scale: torch.Tensor | None = None,
+                  norm_eps: float | None = None, valid: torch.Tensor | None = None) -> None:
+    """``ops.fused_rows.qkv_rope`` of ``x @ w.T`` (``w`` the fused q / k / v weights); ``norm_eps`` as above."""
+    if _fused(x) and q_out.shape[-1] % 32 == 0:        # a program takes 16 columns of each half of a head
+        from flashrt_ros.ops.triton.rows_matmul import rows_qkv_rope
+        rows_qkv_rope(x, w, cos, sin, heads, kv_heads, q_out, k_out, v_out, scale=scale, norm_eps=norm_eps,
+                      valid=valid)
+        return
+    product = x @ _weights(w, scale, x.dtype).t()
+    if norm_eps is None:
+        qkv_rope(product, cos, sin, heads, kv_heads, q_out, k_out, v_out, valid=valid)
+    else:
+        qkv_rope(product, cos, sin, heads, kv_heads, q_out, k_out, v_out, x=x, eps=norm_eps, valid=valid)
