@@ -1,0 +1,178 @@
+"""Checks of a benchmark side's actions that cannot move: bounds declared here, before any run; references cached
+under the checkpoint's content hash; self-test sides that must fail.
+
+Why: a speed row is worth what its check is worth. Earlier π0 rows were judged
+against a bound derived after the run from whichever LeRobot side happened to run
+(``max(2e-2, 2 x`` LeRobot bf16's error ``)`` = 0.20, ten times looser than our
+sides' own error), and a ``--no-reference`` invocation checked nothing at all.
+Here:
+
+* **Two references**, both LeRobot eager in float32 arithmetic (TF32 off) on the
+  same checkpoint, seed, observations and noise: ``float32`` on the checkpoint's
+  weights, for float32 sides; ``bfloat16-weights`` on the weights a bf16 side
+  computes with (LeRobot's own bf16 cast, then widened back to float32), for
+  bf16 sides. Casting the weights to bf16 changes the *function*: on π0 at the
+  published size it moves the actions by 2 % RMS by itself (``docs/benchmarks/
+  check_bounds.md``), the same for every bf16 side, which would swamp a kernel
+  bug of 1 %. Against the second reference a bf16 side shows only its
+  arithmetic. Both are also reported against ``float32`` (the model error the
+  robot sees).
+* **Bounds per (side, dtype)**, ``BOUNDS``, on the relative RMS
+  ``||a - ref|| / ||ref||`` and the relative max ``max|a - ref| / max|ref|`` over
+  the checked episode; each with the measurement it rests on.
+* **Self-tests**: ``SELF_TESTS`` name deliberately broken forms of ours (one
+  expert layer skipped; one attention head's output zeroed); each must *fail*
+  the bound of the side it breaks, or the run fails: a check that a broken
+  network passes proves nothing.
+* A reference is computed once per (checkpoint content, case) and kept on disk
+  (``ReferenceCache``), so a run split over several invocations still checks
+  every side it reports; a side with no reference fails its check.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+FLOAT32_REFERENCE = "float32"
+BF16_WEIGHTS_REFERENCE = "bfloat16-weights"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What a side's checked episode may differ from ``reference`` by; ``basis``: the measurement it rests on."""
+
+    rms: float
+    max: float
+    reference: str
+    basis: str
+
+
+#: ``(side, dtype) -> Bound``. Sides: ``ours-fast``, ``ours-exact`` (our engine, captured), ``lerobot`` (eager),
+#: ``compiled`` (LeRobot's compile_model); self-test sides are judged by the bound of the side they break.
+BOUNDS: dict[tuple[str, str], Bound] = {
+    ("ours-exact", "float32"): Bound(1e-4, 1e-3, FLOAT32_REFERENCE,
+                                     "LeRobot's arithmetic in float32 (bit-identical on CPU; TF32 off on the GPU)"),
+    ("ours-fast", "float32"): Bound(1e-3, 3e-3, FLOAT32_REFERENCE,
+                                    "fused kernels reorder float32 sums: 1e-5 at test sizes on CPU, x100 margin"),
+    ("lerobot", "float32"): Bound(1e-4, 1e-3, FLOAT32_REFERENCE, "the reference's own process, run again"),
+    ("compiled", "float32"): Bound(1e-3, 3e-3, FLOAT32_REFERENCE, "inductor's fused float32 kernels"),
+    ("ours-exact", "bfloat16"): Bound(1e-2, 3e-2, BF16_WEIGHTS_REFERENCE, "see docs/benchmarks/check_bounds.md"),
+    ("ours-fast", "bfloat16"): Bound(1e-2, 3e-2, BF16_WEIGHTS_REFERENCE, "see docs/benchmarks/check_bounds.md"),
+    ("lerobot", "bfloat16"): Bound(0.15, 0.2, BF16_WEIGHTS_REFERENCE,
+                                   "LeRobot's bf16 arithmetic: 8.2e-2 RMS from the float32 reference (H100, 77d16a3)"),
+    ("compiled", "bfloat16"): Bound(0.15, 0.2, BF16_WEIGHTS_REFERENCE, "as LeRobot eager bf16"),
+}
+
+#: self-test side -> (the side it breaks, what is broken)
+SELF_TESTS: dict[str, tuple[str, str]] = {
+    "selftest-skip-layer": ("ours-fast", "the expert's middle layer skipped (its residual update dropped)"),
+    "selftest-zero-head": ("ours-fast", "head 0 of the expert's middle layer's attention output zeroed"),
+}
+
+
+def bound_for(side: str, dtype: str) -> Bound | None:
+    return BOUNDS.get((SELF_TESTS.get(side, (side,))[0], dtype))
+
+
+def errors(actions: torch.Tensor, reference: torch.Tensor, chunk: int) -> dict[str, float]:
+    """Relative RMS and max of ``actions - reference`` over the first chunk and the whole (common) episode."""
+    a, r = actions.double(), reference.double()
+    n = min(len(a), len(r))
+
+    def rms(x: torch.Tensor, y: torch.Tensor) -> float:
+        return float((x - y).norm() / y.norm().clamp_min(1e-12))
+
+    def peak(x: torch.Tensor, y: torch.Tensor) -> float:
+        return float((x - y).abs().max() / y.abs().max().clamp_min(1e-12))
+    if not torch.isfinite(a[:n]).all():
+        return {"rms": float("inf"), "max": float("inf"), "first_chunk_rms": float("inf"),
+                "first_chunk_max": float("inf"), "steps": n}
+    return {"rms": rms(a[:n], r[:n]), "max": peak(a[:n], r[:n]), "first_chunk_rms": rms(a[:chunk], r[:chunk]),
+            "first_chunk_max": peak(a[:chunk], r[:chunk]), "steps": n}
+
+
+def judge(side: str, dtype: str, actions: torch.Tensor | None, references: dict[str, torch.Tensor],
+          chunk: int) -> dict:
+    """A side's check record: errors against its bound's reference (and against ``float32``), the bound, and
+    ``passed``; a self-test's ``passed`` is True when it *failed* the bound (``expected_to_fail``)."""
+    bound = bound_for(side, dtype)
+    record: dict = {"side": side, "dtype": dtype}
+    if bound is None:
+        return {**record, "passed": False, "why": f"no bound declared for ({side}, {dtype})"}
+    record["bound"] = asdict(bound)
+    if actions is None:
+        return {**record, "passed": False, "why": "the side has no checked episode"}
+    reference = references.get(bound.reference)
+    if reference is None:
+        return {**record, "passed": False, "why": f"no {bound.reference} reference"}
+    e = errors(actions, reference, chunk)
+    within = e["rms"] <= bound.rms and e["max"] <= bound.max
+    record.update(errors=e, within=within)
+    if FLOAT32_REFERENCE in references and bound.reference != FLOAT32_REFERENCE:
+        record["vs_float32"] = errors(actions, references[FLOAT32_REFERENCE], chunk)
+    if side in SELF_TESTS:
+        record.update(expected_to_fail=True, passed=not within,
+                      why="" if not within else "a deliberately broken side passed the bound: the check has no power")
+    else:
+        record.update(passed=within, why="" if within else
+                      f"rms {e['rms']:.2e} (bound {bound.rms:.0e}) / max {e['max']:.2e} (bound {bound.max:.0e}) "
+                      f"from the {bound.reference} reference")
+    return record
+
+
+def checkpoint_hash(directory: Path) -> str:
+    """sha256 over every file of the checkpoint (name, size, bytes), remembered beside it per (size, mtime) so a
+    13 GB checkpoint is read once."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and not p.name.startswith(".flashrt_hash"))
+    stamp = json.dumps([(str(p.relative_to(directory)), p.stat().st_size, p.stat().st_mtime_ns) for p in files])
+    memo = directory / ".flashrt_hash.json"
+    if memo.is_file():
+        try:
+            saved = json.loads(memo.read_text())
+            if saved.get("stamp") == stamp:
+                return saved["sha256"]
+        except (ValueError, KeyError):
+            pass
+    h = hashlib.sha256()
+    for p in files:
+        h.update(f"{p.relative_to(directory)}\0{p.stat().st_size}\0".encode())
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 24):
+                h.update(chunk)
+    digest = h.hexdigest()
+    try:
+        memo.write_text(json.dumps({"stamp": stamp, "sha256": digest}))
+    except OSError:
+        pass                                    # a read-only checkpoint: hashed again next time
+    return digest
+
+
+class ReferenceCache:
+    """Reference actions on disk, one safetensors file per (checkpoint content, case, reference kind)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        self.root = Path(root) if root is not None else Path(base) / "flashrt" / "references"
+
+    def key(self, checkpoint: Path, case: dict) -> str:
+        fields = json.dumps({"checkpoint": checkpoint_hash(checkpoint), **case}, sort_keys=True)
+        return hashlib.sha256(fields.encode()).hexdigest()[:32]
+
+    def load(self, key: str) -> torch.Tensor | None:
+        path = self.root / f"{key}.safetensors"
+        if not path.is_file():
+            return None
+        from safetensors.torch import load_file
+        return load_file(str(path))["actions"]
+
+    def store(self, key: str, actions: torch.Tensor, case: dict) -> None:
+        from safetensors.torch import save_file
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{key}.tmp"
+        save_file({"actions": actions.contiguous()}, str(tmp), metadata={"case": json.dumps(case, sort_keys=True)})
+        tmp.replace(self.root / f"{key}.safetensors")
