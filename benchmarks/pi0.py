@@ -22,12 +22,16 @@ at 224 x 224, an 8-D state and a 7-D action.
 
 Each side: warm-up, then ``--episodes`` timed episodes of ``--steps`` steps (200: 4
 replans, 196 pops) from a reset, every step timed up to a synchronisation; replans
-and pops apart (p50 / p99); device memory. **Outputs checked in the same run**:
-LeRobot eager float32 (TF32 off) runs one checked episode first (the reference);
-every side's checked episode (our counter stream's noise, seed 0) is compared with
-it over the first chunk and the whole episode; float32 sides must be within
-``FP32_TOLERANCE``, bf16 sides within ``max(BF16_FLOOR, BF16_FACTOR x`` LeRobot eager
-bf16's own error), and the run exits 1 when one is not (or a side failed). Ours
+and pops apart (p50 / p99); device memory. **Every side checked, in every invocation**
+(``benchmarks.action_checks``): its checked episode (our counter stream's noise, seed 0)
+against LeRobot eager in float32 arithmetic (TF32 off) on the weights the side
+computes with (the checkpoint's, or LeRobot's bf16 cast widened back for bf16
+sides), by relative RMS and max over the episode, within a bound declared per
+(side, dtype) before the run; the references come from a cache keyed by the
+checkpoint's content hash, computed when absent. Self-test sides
+(``selftest-skip-layer``, ``selftest-zero-head``: ours-fast deliberately broken)
+must fail ours-fast's bound. The run exits 1 when a side fails its check, a
+self-test passes, a side fails to run or a reference is missing. Ours
 also: a fork's new noise draw (``redraw``), a re-instruction from a fork
 (``reinstruct``: language model + expert, no vision tower) against a cold replan,
 and the capsule times. The JSON and markdown are rewritten after every side (a run
@@ -74,6 +78,8 @@ from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 TASK = "pick up the red cube and put it in the box"
 OTHER_TASK = "open the drawer"
 SIDES = ("ours-fast", "ours-exact", "lerobot", "compiled")
+#: deliberately broken forms of ours-fast (``benchmarks.pi0_selftests``): each must fail ours-fast's bound
+SELF_TEST_SIDES = ("selftest-skip-layer", "selftest-zero-head")
 
 
 def our_episode(engine: PolicyEngine, observations: list[dict], steps: int) -> dict:
@@ -116,18 +122,19 @@ def write_observations(directory: Path, path: Path, n: int = 4) -> list[dict]:
 
 
 def lerobot_side(directory: Path, kind: str, dtype: str, compiled: bool, args, obs_file: Path, device: str,
-                 tmp: Path, episodes: int | None = None) -> dict:
+                 tmp: Path, episodes: int | None = None, widen: bool = False) -> dict:
     """One LeRobot side in the reference process: ``summarize`` of its episodes, its checked actions, its peak.
-    ``episodes=0``: only the checked episode (the float32 reference of the checks)."""
+    ``episodes=0``: only the checked episode (a reference of the checks); ``widen``: loaded in ``dtype`` and run
+    in float32 (the bf16-weights reference)."""
     from pi_reference import reference_env
     from safetensors.torch import load_file
-    name = f"lerobot{' compiled' if compiled else ''} {dtype}"
+    name = f"lerobot{' compiled' if compiled else ''} {dtype}{' widened' if widen else ''}"
     out = tmp / f"{name.replace(' ', '_')}.json"
     n = args.episodes if episodes is None else episodes
     spec = dict(name=name, directory=str(directory), kind=kind, dtype=dtype, compile_model=compiled,
                 compile_mode=args.compile_mode, device=device, observations=str(obs_file), task=TASK,
                 steps=args.steps, episodes=n, warmup=args.warmup if n else 0, check_steps=args.check_steps,
-                out=str(out), no_tf32=True, compile_warmup_max=6)
+                out=str(out), no_tf32=True, compile_warmup_max=6, widen_to_float32=widen)
     spec_file = tmp / f"{name.replace(' ', '_')}_spec.json"
     spec_file.write_text(json.dumps(spec))
     t0 = time.perf_counter()
@@ -144,9 +151,10 @@ def lerobot_side(directory: Path, kind: str, dtype: str, compiled: bool, args, o
 
 
 def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict], args, device: torch.device,
-             tmp: Path) -> dict:
+             tmp: Path, selftest: str = "") -> dict:
     """Our engine: episodes, the checked episode (seed 0), fork draw, re-instruction vs cold replan, capsules,
-    device memory at each stage of the set-up, and (``--profile``) the replan's kernels and stage times."""
+    device memory at each stage of the set-up, and (``--profile``) the replan's kernels and stage times.
+    ``selftest``: a deliberately broken form (``benchmarks.pi0_selftests``): only its checked episode."""
     gib = 2 ** 30
     memory = {}
     if device.type == "cuda":
@@ -158,6 +166,9 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
     policy = load_lerobot_policy(directory, dtype=dtype, numerics=numerics)
     if numerics == "fast":
         policy.fast.attention = args.attention
+    if selftest:
+        from benchmarks.pi0_selftests import break_policy
+        break_policy(policy, selftest)
     load_s = time.perf_counter() - t0
     policy.set_default_instruction(TASK)            # every episode (reset) starts with it
     if device.type == "cuda":
@@ -171,6 +182,13 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
         memory.update(engine_gib=torch.cuda.memory_allocated() / gib, engine_peak_gib=torch.cuda.max_memory_allocated()
                       / gib)
     ours_obs = [{k: v.to(device) for k, v in o.items()} for o in obs]
+    if selftest:
+        try:
+            engine.capsules.reset(seed=0)
+            return {"actions": torch.stack([engine.step(ours_obs[i % len(ours_obs)]).cpu()
+                                            for i in range(args.check_steps)]), "selftest": selftest}
+        finally:
+            engine.close()
     try:
         runs = [our_episode(engine, ours_obs, args.steps) for _ in range(args.warmup + args.episodes)]
         result = summarize(runs[args.warmup:], ())
@@ -216,48 +234,54 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
     return result
 
 
-def chunk_errors(actions: torch.Tensor, reference: torch.Tensor, chunk: int) -> dict[str, float]:
-    """Max |a - ref| relative to the largest reference action, over the first chunk and the whole episode."""
-    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-        return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6))
-    n = min(len(actions), len(reference))
-    return {"first_chunk": rel(actions[:chunk], reference[:chunk]), "episode": rel(actions[:n], reference[:n])}
+def references(directory: Path, case: dict, dtypes: list[str], args, obs_file: Path, device: str,
+               tmp: Path) -> dict[str, torch.Tensor | str]:
+    """The references the sides of ``dtypes`` are judged against (``benchmarks.action_checks``): from the cache
+    when this checkpoint and case ran before, else LeRobot eager float32 now (and cached). A reference that could
+    not be computed is its error text."""
+    from benchmarks.action_checks import BF16_WEIGHTS_REFERENCE, FLOAT32_REFERENCE, ReferenceCache
+    cache = ReferenceCache(args.reference_cache)
+    needed = {FLOAT32_REFERENCE} | ({BF16_WEIGHTS_REFERENCE} if "bfloat16" in dtypes else set())
+    out: dict[str, torch.Tensor | str] = {}
+    for kind in sorted(needed):
+        spec = {"reference": kind, "kind": case["kind"], "cameras": case["cameras"], "task": TASK, "seed": 0,
+                "observations": "write_observations(seed=3, n=4)", "check_steps": args.check_steps}
+        key = cache.key(directory, spec)
+        actions = cache.load(key)
+        if actions is None:
+            widen = kind == BF16_WEIGHTS_REFERENCE
+            side = lerobot_side(directory, case["kind"], "bfloat16" if widen else "float32", False, args, obs_file,
+                                device, tmp, episodes=0, widen=widen)
+            if "error" in side:
+                out[kind] = side["error"][-1000:]
+                continue
+            actions = side["actions"]
+            cache.store(key, actions, spec)
+            print(f"[pi0] {kind} reference computed and cached ({cache.root}/{key})", flush=True)
+        else:
+            print(f"[pi0] {kind} reference from the cache ({cache.root}/{key})", flush=True)
+        out[kind] = actions
+    return out
 
 
-#: fp32 sides against LeRobot eager fp32 (TF32 off everywhere): the bound of the published-size GPU test
-FP32_TOLERANCE = 1e-3
-#: a bf16 side may be at most this many times as far from the fp32 reference as LeRobot's own eager bf16 ...
-BF16_FACTOR = 2.0
-#: ... or this far, whichever is larger (two bf16 computations of a 3 B model differ by rounding alone)
-BF16_FLOOR = 2e-2
-
-
-def check_row(row: dict, dtype_name: str, chunk: int) -> list[str]:
-    """Each side's checked episode against the float32 reference; returns the failures (empty: all within)."""
-    ref = row.get("reference", {}).get("actions")
-    if not isinstance(ref, torch.Tensor):
-        return [f"{dtype_name}: no float32 reference: {row.get('reference', {}).get('error', 'not run')[-300:]}"]
+def check_row(row: dict, dtype_name: str, refs: dict, chunk: int) -> list[str]:
+    """Judge every side of the row (``benchmarks.action_checks.judge``); returns the failures."""
+    from benchmarks.action_checks import judge
+    tensors = {k: v for k, v in refs.items() if isinstance(v, torch.Tensor)}
     failures = []
-    lerobot = row.get("lerobot", {})
-    base = None
-    if isinstance(lerobot.get("actions"), torch.Tensor):
-        base = chunk_errors(lerobot["actions"], ref, chunk)["episode"]
-    if dtype_name == "float32":
-        tolerance = FP32_TOLERANCE
-    else:
-        tolerance = max(BF16_FLOOR, BF16_FACTOR * base) if base is not None else BF16_FLOOR
     for side, s in row.items():
         if side == "reference":
             continue
         if "error" in s:
+            s["check"] = {"passed": False, "why": "the side failed to run"}
             failures.append(f"{side} {dtype_name} failed: {s['error'][-300:]}")
             continue
-        if not isinstance(s.get("actions"), torch.Tensor):
-            continue
-        s["check"] = {**chunk_errors(s["actions"], ref, chunk), "tolerance": tolerance}
-        if not s["check"]["episode"] <= tolerance:
-            failures.append(f"{side} {dtype_name}: checked episode {s['check']['episode']:.3e} from the float32 "
-                            f"reference, tolerance {tolerance:.1e}")
+        actions = s.get("actions") if isinstance(s.get("actions"), torch.Tensor) else None
+        s["check"] = judge(side, dtype_name, actions, tensors, chunk)
+        if not s["check"]["passed"]:
+            missing = [f"{k}: {v[-200:]}" for k, v in refs.items() if isinstance(v, str)]
+            failures.append(f"{side} {dtype_name}: {s['check']['why']}" + (f" ({'; '.join(missing)})" if missing
+                                                                          else ""))
     return failures
 
 
@@ -265,32 +289,39 @@ def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
     nan = float("nan")
     lines = ["# π0 / π0.5 over whole episodes: our engine (captured) vs LeRobot eager and LeRobot compiled", "",
              f"Machine: {machine_name}. Times in ms: median episode (from a reset), replan and pop "
-             "p50 / p99; peak device memory in GiB. Check: the checked episode's max |Δ| relative to the largest "
-             "action of LeRobot eager float32 (TF32 off), over the first chunk and the whole episode; tolerance: "
-             f"float32 sides {FP32_TOLERANCE:.0e}, bf16 sides max({BF16_FLOOR:.0e}, {BF16_FACTOR:g} x LeRobot eager "
-             "bf16's own error).", "",
+             "p50 / p99; peak device memory in GiB. Check (`benchmarks/action_checks.py`, bounds declared before "
+             "the run): the checked episode's relative RMS / relative max against LeRobot eager in float32 "
+             "arithmetic (TF32 off) on the weights the side computes with (`float32`, or `bfloat16-weights` for "
+             "bf16 sides), then against the float32 reference; a self-test side must FAIL its bound.", "",
              "| policy | cameras | dtype | side | episode | replan p50 / p99 | pop p50 / p99 | peak GiB | "
-             "check first chunk / episode (tolerance) | replan speed-up of ours-fast |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "check rms / max (bound) | vs float32 rms | verdict | replan speed-up of ours-fast |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, r in sorted(rows.items()):
         kind, cameras, dtype = key.split("|")
         fast = r.get("ours-fast", {})
-        for side in SIDES:
+        for side in SIDES + SELF_TEST_SIDES:
             s = r.get(side)
             if s is None:
                 continue
+            c = s.get("check", {})
+            verdict = ("PASS" if c.get("passed") else "FAIL") + (" (self-test: must fail)" if side in SELF_TEST_SIDES
+                                                                  else "")
             if "error" in s:
-                lines.append(f"| {kind} | {cameras} | {dtype} | {side} | failed: {s['error'][-200:]!r} |||||")
+                lines.append(f"| {kind} | {cameras} | {dtype} | {side} | failed: {s['error'][-200:]!r} ||||||| FAIL ||")
                 continue
+            e, b = c.get("errors", {}), c.get("bound", {})
+            checked = (f"{e.get('rms', nan):.2e} / {e.get('max', nan):.2e} ({b.get('rms', nan):.0e} / "
+                       f"{b.get('max', nan):.0e} vs {b.get('reference', '?')})" if e else c.get("why", "not checked"))
+            vs32 = c.get("vs_float32", e).get("rms", nan) if e else nan
             if "replan_p50_ms" not in s:
+                lines.append(f"| {kind} | {cameras} | {dtype} | {side} | | | | | {checked} | {vs32:.2e} | {verdict} "
+                             "| |")
                 continue
             speed = (f"{s['replan_p50_ms'] / fast['replan_p50_ms']:.2f}x" if fast.get("replan_p50_ms")
                      and side != "ours-fast" else "-")
-            c = s.get("check", {})
             lines.append(f"| {kind} | {cameras} | {dtype} | {side} | {s['episode_ms']:.1f} | "
                          f"{s['replan_p50_ms']:.2f} / {s['replan_p99_ms']:.2f} | {s['pop_p50_ms']:.3f} / "
-                         f"{s['pop_p99_ms']:.3f} | {s.get('peak_gib', nan):.2f} | "
-                         f"{c.get('first_chunk', nan):.2e} / {c.get('episode', nan):.2e} ({c.get('tolerance', nan):.1e}) "
+                         f"{s['pop_p99_ms']:.3f} | {s.get('peak_gib', nan):.2f} | {checked} | {vs32:.2e} | {verdict} "
                          f"| {speed} |")
     lines += ["", "| policy | cameras | dtype | ours | redraw p50 | cold replan p50 | re-instruct (fork) p50 | "
               "snapshot / restore ms | weights / engine / peak GiB | load s / capture s |",
@@ -332,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cameras", type=int, default=2)
     ap.add_argument("--build", type=Path, help="write the checkpoint here and stop")
     ap.add_argument("--checkpoint", type=Path, help="a checkpoint --build wrote (else one is built in a temp dir)")
-    ap.add_argument("--sides", help=f"any of {SIDES} (default: all; --smoke: ours-fast,ours-exact,lerobot)")
+    ap.add_argument("--sides", help=f"any of {SIDES + SELF_TEST_SIDES} (default: all; --smoke: all but "
+                    "compiled)")
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--steps", type=int, default=200, help="control steps per episode (chunks of 50)")
     ap.add_argument("--episodes", type=int, default=5, help="timed episodes per side")
@@ -345,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attention", choices=("sdpa", "kernel"), default="sdpa",
                     help="ours-fast's attention (models.lerobot.pi0.pi0_fast.ATTENTIONS)")
     ap.add_argument("--profile", action="store_true", help="kernel table and stage times of our replans (GPU)")
-    ap.add_argument("--no-reference", action="store_true", help="skip LeRobot eager float32 (no checks)")
+    ap.add_argument("--reference-cache", type=Path, help="where references are kept (default: "
+                    "$XDG_CACHE_HOME/flashrt/references); a reference is computed only when absent")
     ap.add_argument("--smoke", action="store_true", help="reduced sizes, few steps (CPU allowed)")
     ap.add_argument("--out", type=Path, help="markdown table (all rows in --json)")
     ap.add_argument("--json", type=Path, help="rows, merged with what the file already holds")
@@ -358,11 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.build:
         build(args.build, args.kind, args.cameras, args.smoke)
         return 0
-    sides = [s for s in (args.sides or ("ours-fast,ours-exact,lerobot" if args.smoke else ",".join(SIDES))).split(",")
+    every = SIDES + SELF_TEST_SIDES
+    sides = [s for s in (args.sides or ",".join(x for x in every if not (args.smoke and x == "compiled"))).split(",")
              if s]
-    unknown = set(sides) - set(SIDES)
+    unknown = set(sides) - set(SIDES + SELF_TEST_SIDES)
     if unknown:
-        sys.exit(f"unknown sides {sorted(unknown)}: use {SIDES}")
+        sys.exit(f"unknown sides {sorted(unknown)}: use {SIDES + SELF_TEST_SIDES}")
     failures: list[str] = []
     rows: dict = json.loads(args.json.read_text()) if args.json and args.json.is_file() else {}
     rows.pop("provenance", None)
@@ -394,20 +428,18 @@ def main(argv: list[str] | None = None) -> int:
         obs_file = tmp / "observations.safetensors"
         obs = write_observations(directory, obs_file)
         chunk = json.loads((directory / "config.json").read_text()).get("n_action_steps", 50)
-        reference = None if args.no_reference else lerobot_side(directory, case["kind"], "float32", False, args,
-                                                               obs_file, str(device), tmp, episodes=0)
-        for dtype_name in args.dtypes.split(","):
-            if device.type != "cuda" and dtype_name != "float32":
-                continue                                        # bf16 is the GPU path
+        dtypes = [d for d in args.dtypes.split(",") if device.type == "cuda" or d == "float32"]   # bf16: the GPU
+        refs = references(directory, case, dtypes, args, obs_file, str(device), tmp)
+        for dtype_name in dtypes:
             key = f"{case['kind']}|{case['cameras']}|{dtype_name}"
             row = rows.setdefault(key, {})           # a split run adds its sides to the row
-            if reference is not None:
-                row["reference"] = reference
+            row.pop("reference", None)               # (older files kept the reference as a side)
             for side in sides:
-                if side.startswith("ours-"):
+                if side.startswith("ours-") or side in SELF_TEST_SIDES:
+                    numerics = side[len("ours-"):] if side.startswith("ours-") else "fast"
                     try:
-                        row[side] = our_side(directory, getattr(torch, dtype_name), side[len("ours-"):], obs, args,
-                                             device, tmp / "caps")
+                        row[side] = our_side(directory, getattr(torch, dtype_name), numerics, obs, args, device,
+                                             tmp / "caps", selftest="" if side.startswith("ours-") else side)
                     except Exception as exc:                    # recorded and reported; the run goes on
                         import traceback
                         row[side] = {"error": traceback.format_exc()[-3000:]}
@@ -415,9 +447,9 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     row[side] = lerobot_side(directory, case["kind"], dtype_name, side == "compiled", args, obs_file,
                                              str(device), tmp)
+                check_row({side: row[side]}, dtype_name, refs, chunk)      # the verdict in every partial write
                 write()
-            if reference is not None:
-                failures += check_row(row, dtype_name, chunk)
+            failures += check_row(row, dtype_name, refs, chunk)
             print(json.dumps({key: {k: {m: v for m, v in s.items() if m not in ("actions", "error")}
                                     for k, s in row.items()}}, default=str), flush=True)
             write()

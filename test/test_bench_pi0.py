@@ -1,9 +1,10 @@
 """``benchmarks.pi0 --smoke`` runs on a CPU: our engine (both numerics) and LeRobot's π0 (in its reference process)
-over whole episodes at reduced sizes, every side's checked episode compared with LeRobot eager float32 in the run.
+over whole episodes at reduced sizes, every side's checked episode judged against LeRobot eager float32 by the
+bounds ``benchmarks.action_checks`` declares, the deliberately broken self-test sides failing them.
 
 Why a test: the benchmark is run rarely (published sizes need a GPU and minutes), so a change elsewhere
-can break it unnoticed; the smoke run keeps it working, and its checks must pass (fp32, same noise) and fail
-when a side's actions are wrong.
+can break it unnoticed; the smoke run keeps it working, and its checks must pass (fp32, same noise), catch the
+broken forms, reuse the cached reference, and fail when a side's actions are wrong or a reference is missing.
 """
 from __future__ import annotations
 
@@ -12,27 +13,63 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import pi0
+from benchmarks import action_checks, pi0
 
 
-def test_smoke_runs_every_side_and_checks_their_actions(tmp_path: Path) -> None:
-    out, md = tmp_path / "pi0.json", tmp_path / "pi0.md"
-    assert pi0.main(["--smoke", "--json", str(out), "--out", str(md)]) == 0
+def test_smoke_checks_every_side_and_the_self_tests_fail(tmp_path: Path, monkeypatch) -> None:
+    out, md, cache = tmp_path / "pi0.json", tmp_path / "pi0.md", tmp_path / "cache"
+    computed = []
+    real = pi0.lerobot_side
+
+    def counting(*args, **kwargs):
+        if kwargs.get("episodes") == 0:
+            computed.append(kwargs.get("widen"))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(pi0, "lerobot_side", counting)
+    ckpt = tmp_path / "checkpoint"
+    assert pi0.main(["--smoke", "--build", str(ckpt)]) == 0
+    common = ["--smoke", "--checkpoint", str(ckpt), "--json", str(out), "--reference-cache", str(cache)]
+    assert pi0.main(common + ["--out", str(md)]) == 0
     row = json.loads(out.read_text())["pi0|2|float32"]
     for side in ("ours-fast", "ours-exact"):
         ours = row[side]
         assert ours["replans"] > 0 and ours["pops"] > 0 and ours["episode_ms"] > 0
         assert ours["reinstruct_p50_ms"] > 0 and ours["capsule"]["state_bytes"] > 0
+    for side in ("ours-fast", "ours-exact", "lerobot"):
+        assert row[side]["check"]["passed"] and row[side]["check"]["bound"]["reference"] == "float32", side
     # exact: LeRobot's arithmetic (test_lerobot_pi0's bound: two processes may split CPU matmuls differently)
-    assert row["ours-exact"]["check"]["episode"] <= 1e-5
-    assert row["ours-fast"]["check"]["episode"] <= 1e-4
-    assert row["lerobot"]["episode_ms"] > 0 and row["lerobot"]["check"]["episode"] <= 1e-5
-    assert "| pi0 | 2 | float32 | ours-fast |" in md.read_text()
+    assert row["ours-exact"]["check"]["errors"]["max"] <= 1e-5
+    for side in pi0.SELF_TEST_SIDES:                 # broken on purpose: caught by ours-fast's bound
+        check = row[side]["check"]
+        assert check["expected_to_fail"] and check["passed"] and not check["within"], side
+        assert check["errors"]["rms"] > check["bound"]["rms"]
+    text = md.read_text()
+    assert "| pi0 | 2 | float32 | ours-fast |" in text and "(self-test: must fail)" in text
+    assert computed == [False]                        # the float32 reference, computed once ...
+    computed.clear()
+    assert pi0.main(common + ["--sides", "ours-fast"]) == 0
+    assert computed == []                             # ... and then read from the cache
+    assert json.loads(out.read_text())["pi0|2|float32"]["ours-fast"]["check"]["passed"]
 
 
-def test_a_side_beyond_its_tolerance_fails_the_check() -> None:
-    ref = torch.ones(4, 2)
-    row = {"reference": {"actions": ref}, "ours-fast": {"actions": ref * 1.01}, "lerobot": {"actions": ref.clone()}}
-    failures = pi0.check_row(row, "float32", chunk=2)
-    assert len(failures) == 1 and failures[0].startswith("ours-fast float32")
-    assert pi0.check_row({"reference": {"error": "boom"}}, "float32", 2)[0].startswith("float32: no float32 reference")
+def test_a_side_beyond_its_bound_a_passing_self_test_and_a_missing_reference_fail() -> None:
+    ref = torch.linspace(1.0, 2.0, 8).view(4, 2)
+    refs = {"float32": ref}
+    row = {"ours-fast": {"actions": ref * 1.01}, "lerobot": {"actions": ref.clone()},
+           "selftest-zero-head": {"actions": ref.clone()}}
+    failures = pi0.check_row(row, "float32", refs, chunk=2)
+    assert len(failures) == 2
+    assert failures[0].startswith("ours-fast float32: rms")
+    assert "no power" in failures[1]
+    assert row["lerobot"]["check"]["passed"]
+    missing = pi0.check_row({"ours-fast": {"actions": ref}}, "bfloat16", {"float32": ref, "bfloat16-weights": "boom"},
+                            chunk=2)
+    assert len(missing) == 1 and "no bfloat16-weights reference" in missing[0] and "boom" in missing[0]
+
+
+def test_every_side_has_a_declared_bound_and_bf16_sides_use_their_own_weights() -> None:
+    for side in pi0.SIDES + pi0.SELF_TEST_SIDES:
+        for dtype in ("float32", "bfloat16"):
+            bound = action_checks.bound_for(side, dtype)
+            assert bound is not None and bound.rms > 0 and bound.max > 0, (side, dtype)
+            assert bound.reference == ("float32" if dtype == "float32" else "bfloat16-weights")

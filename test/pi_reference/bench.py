@@ -10,7 +10,8 @@ step timed up to a synchronisation, and one more episode with its post-processed
 actions kept, for the benchmark to compare with ours. Every episode runs
 ``select_action``'s queue logic with the noise of our counter stream (seed 0)
 passed to ``predict_action_chunk``, so the noise is drawn outside the compiled
-``sample_actions``. Writes the times, the actions and the peak
+``sample_actions``. ``widen_to_float32``: the policy is loaded in the spec's dtype
+(LeRobot's cast) and then run in float32 (the bf16-weights reference). Writes the times, the actions and the peak
 device memory to the spec's ``out`` file (JSON + safetensors).
 """
 from __future__ import annotations
@@ -58,6 +59,11 @@ def main(spec_path: str) -> None:
         torch.backends.cudnn.allow_tf32 = False
     policy, config = load_policy(directory, spec["kind"], spec["dtype"], spec["compile_model"],
                                  spec.get("compile_mode", "max-autotune"), spec["device"])
+    if spec.get("widen_to_float32"):
+        # the weights a bf16 side computes with (LeRobot's own bf16 cast), in float32 arithmetic: the reference
+        # of bf16 sides (benchmarks/action_checks.py)
+        policy.to(torch.float32)
+        config.dtype = "float32"
     pre, post = processors(config, directory)
     raw = load_file(spec["observations"])
     n_obs = int(raw["n"])
