@@ -210,6 +210,24 @@ def test_policy_parameter_loads_pi_with_its_default_instruction(checkpoints, tmp
     assert max_relative_error(engine.step(case_observations(case)[0]), expected) <= TOLERANCE
 
 
+def test_vla_attention_parameter_reaches_the_fast_plan(checkpoints, tmp_path):
+    """``vla_attention: kernel`` selects ``ops.prefix_attention`` in π0's fast numerics (its torch reference on
+    the CPU), and the plan still gives LeRobot's actions within the fast numerics' rounding."""
+    from types import SimpleNamespace
+
+    from flashrt_ros.engine.factory import build_engine
+    case = checkpoints["pi0_two_cameras_meanstd"]
+    config = SimpleNamespace(engine_kind="policy", policy=f"lerobot:{case.directory}", policy_instruction=case.task,
+                             device="cpu", dtype="float32", numerics="fast", vla_attention="kernel",
+                             capsule_directory=str(tmp_path / "caps"), capsule_device_budget_mb=64,
+                             capsule_host_budget_mb=64, capsule_disk_budget_mb=64, rollback_depth=2,
+                             default_tier="device", boundary_timeout_s=5.0)
+    engine = build_engine(config, log=lambda _: None)
+    assert engine.policy.numerics == "fast" and engine.policy.fast.attention == "kernel"
+    expected = reference_record(case)["actions"][0]
+    assert max_relative_error(engine.step(case_observations(case)[0]), expected) <= 1e-4
+
+
 def test_auto_dtype_is_bfloat16_for_pi_on_cuda_only(checkpoints):
     from flashrt_ros.models.lerobot import default_dtype
     directory = checkpoints["pi0_two_cameras_meanstd"].directory

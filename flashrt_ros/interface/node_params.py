@@ -32,6 +32,10 @@ PARAMS: tuple[ParamDef, ...] = (
              "same plan and state in fused kernels: folded norms, fused projections, SDPA; equal to 'exact' "
              "within rounding), 'auto' (fast on CUDA, exact on CPU). Other policies ignore it.", True,
              choices=("auto", "exact", "fast")),
+    ParamDef("vla_attention", "sdpa", "Attention of π0 / π0.5 in the 'fast' numerics: 'sdpa' (PyTorch's "
+             "memory-efficient kernel under an explicit mask) or 'kernel' (one triton kernel that derives the mask "
+             "from the key index and splits the expert's keys over programs; docs/benchmarks/pi0_fast.md). "
+             "Other policies and numerics ignore it.", True, choices=("sdpa", "kernel")),
     ParamDef("max_context", 2048, "LLM context length (static KV rows per attention layer).", True,
              int_range=(16, 262144)),
     ParamDef("prefill_chunk", 256, "Prompt tokens per prefill chunk; a committed boundary follows "
