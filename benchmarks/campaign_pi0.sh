@@ -14,7 +14,7 @@ PART="${1:?part 1 or 2}"; OUT="${2:?output directory}"; mkdir -p "$OUT"
 START=$(date +%s); LIMIT="${FLASHRT_CAMPAIGN_S:-570}"
 left() { echo $(( LIMIT - ($(date +%s) - START) )); }
 W=/tmp/campaign; mkdir -p "$W"
-save() { cp -f "$W"/*.json "$W"/*.md "$W"/*.txt "$OUT"/ 2>/dev/null; true; }
+save() { tar -czf "$OUT/campaign_part$PART.tar.gz" -C "$W" . 2>/dev/null; cp -f "$W"/*.md "$OUT"/ 2>/dev/null; true; }
 if [ ! -d /tmp/site ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 fi
