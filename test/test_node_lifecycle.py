@@ -49,7 +49,7 @@ class Lifecycle:
 
 
 def test_services_follow_the_lifecycle_and_state_survives_reactivation(tmp_path, ros_node):  # noqa: F811
-    from flashrt_ros.client import FlashRTClient
+    from flashrt_ros.client import FlashRTClient, ServiceCallError
     n = NodeUnderTest(tmp_path, "lc", {}, autostart=False)
     try:
         fqn = f"{n.namespace}/flashrt"
@@ -65,7 +65,9 @@ def test_services_follow_the_lifecycle_and_state_survives_reactivation(tmp_path,
         assert outcome.accepted and outcome.result.success
         before = client.call("snapshot", name="kept").capsule
         assert lc.transition(Transition.TRANSITION_DEACTIVATE) and lc.state() == "inactive"
-        assert not client.generate("x", max_new_tokens=1).accepted
+        with pytest.raises(ServiceCallError) as refused:      # waits (bounded) for activation, names the state
+            client.generate("x", max_new_tokens=1, wait_s=1.0)
+        assert refused.value.error_code == int(ErrorCode.NOT_ACTIVE) and "is inactive, not active" in str(refused.value)
         assert lc.transition(Transition.TRANSITION_ACTIVATE)
         verified = client.call("verify", name="kept", against_live=True)
         assert verified.matches_live, "deactivate/activate must keep the engine state"

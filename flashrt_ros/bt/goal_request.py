@@ -120,9 +120,14 @@ class GoalRequest:
         waited = now - self.started
         if self.goal_future is None:
             settled = halted_goals_settled(self.client)
-            if not settled or not self._ready():
+            active = getattr(self.client, "node_active", lambda: None)()   # None: not heard (test doubles too)
+            if not settled or not self._ready() or active is False:
                 if waited < self.answer_limit_s:
                     return Progress.RUNNING
+                if active is False and settled and self._ready():
+                    state = self.client.node_watch.heard().lifecycle_state or "starting"
+                    return self._fail(ErrorCode.NOT_ACTIVE, f"{self.action}: node {self.client.namespace} is {state}, "
+                                                            f"not active, after {self.answer_limit_s:g} s")
                 why = "a halted goal did not report its result" if not settled else "action server not available"
                 return self._fail(ErrorCode.TIMEOUT, f"{self.action}: {why} within {self.answer_limit_s:g} s")
             self.fields = self._fields()
@@ -136,6 +141,10 @@ class GoalRequest:
                                   else ErrorCode.INTERNAL, f"{self.action}: {type(exc).__name__}: {exc}")
             sent_goal_id = getattr(self.client, "sent_goal_id", None)      # test doubles may lack it
             self.goal_id = sent_goal_id(self.goal_future) if sent_goal_id is not None else None
+        gone = self._node_gone()
+        if gone:
+            self._forget_goal()
+            return self._fail(ErrorCode.NODE_GONE, f"{self.action}: {gone}")
         if self.handle is None:
             if not self.goal_future.done():
                 if waited < self.answer_limit_s:
@@ -164,6 +173,14 @@ class GoalRequest:
             return self._fail(code, describe_failure(self.action, code, self.result.message))
         self.error_code, self.message = 0, self.result.message
         return Progress.SUCCESS
+
+    def _node_gone(self) -> str | None:
+        """Why the goal's node can no longer answer (it died or restarted: ``client.node_watch``), or None."""
+        gone = getattr(self.client, "goal_node_gone", None)          # test doubles may lack it
+        if gone is None or any(f.done() for f in self.result_futures):
+            return None
+        goal_id = self.handle.goal_id if self.handle is not None else self.goal_id
+        return gone(goal_id)
 
     def halt(self) -> None:
         """Cancel the goal (at the node's next committed boundary); later requests wait for its result."""

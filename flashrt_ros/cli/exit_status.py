@@ -12,7 +12,7 @@ EXIT_CODES = f"""exit status:
   {EXIT_OK}    success (a goal: completed, e.g. its --max-steps ran)
   {EXIT_FAILED}    the node answered success=false, rejected the goal, or ended it itself
        (an error code is printed: STALE_INPUTS, LEASE_EXPIRED, CANCELLED on a node shutdown or
-       deactivation, ...)
+       deactivation, ...), or it died or restarted while the command waited (NODE_GONE)
   {EXIT_USAGE}    bad usage
   {EXIT_UNREACHABLE}    the node could not be reached within --timeout
   {EXIT_CANCELLED}    the goal was cancelled by another client (flashrt cancel, another program)

@@ -55,6 +55,7 @@ class ActionCalls(GoalCalls):
         if not self._generate.server_is_ready() and not self._wait_until(self._generate.server_is_ready, wait_s):
             raise ServiceCallError(
                 f"action {self.namespace}/generate not available after {wait_s:.1f} s", TIMEOUT_CODE)
+        self.wait_node_active(wait_s, "generate")
         return self._send_goal(self._generate, goal, feedback)
 
     def generate(self, prompt: str, *, timeout_s: float = 600.0, wait_s: float = 10.0,
@@ -116,6 +117,7 @@ class ActionCalls(GoalCalls):
             raise ServiceCallError(
                 f"action {self.namespace}/run_policy not available after {wait_s:.1f} s "
                 "(is a policy node running, and on the same ROS_DOMAIN_ID?)", TIMEOUT_CODE)
+        self.wait_node_active(wait_s, "run_policy")
         seen: set[int] = set()
 
         def on_feedback(fb: Any) -> None:

@@ -22,6 +22,7 @@ from rclpy.task import Future
 from flashrt_ros.interface.errors import ErrorCode
 
 TIMEOUT_CODE = int(ErrorCode.TIMEOUT)
+NODE_GONE_CODE = int(ErrorCode.NODE_GONE)
 
 
 class Terminated(KeyboardInterrupt):
@@ -43,6 +44,13 @@ class ServiceCallError(RuntimeError):
         self.response = response
 
 
+class NodeGone(ServiceCallError):
+    """The node died, froze or restarted while a call waited (``NODE_GONE``; ``client.node_watch``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message} (NODE_GONE)", NODE_GONE_CODE)
+
+
 class ClientCore:
     """One client of one flashrt node: its ROS node, the node's namespace, who it is, its waits."""
 
@@ -50,6 +58,7 @@ class ClientCore:
         self.node = node
         self.namespace = namespace.rstrip("/") or ""
         self.owner = owner or default_owner(node)
+        self._watch: Any = None                      # client.node_watch.NodeWatch, made on first use
         # Spin the node ourselves only if no executor owns it when we first wait.
         self._own_executor: Any = None
         self._decided = False
@@ -94,6 +103,39 @@ class ClientCore:
         if signum is not None:
             raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
+    # --- the node's life -------------------------------------------------
+    @property
+    def node_watch(self) -> Any:
+        """The node's heartbeat as this client hears it (``client.node_watch.NodeWatch``)."""
+        if self._watch is None:
+            from flashrt_ros.client.node_watch import NodeWatch
+            self._watch = NodeWatch(self.node, self.namespace)
+        return self._watch
+
+    def node_active(self) -> bool | None:
+        """Whether the node's latest heartbeat says it is active; None while none was heard."""
+        heard = self.node_watch.heard()
+        return None if heard.at is None else heard.lifecycle_state == "active"
+
+    def wait_node_active(self, wait_s: float, what: str) -> None:
+        """Before sending ``what`` (a goal): wait, within ``wait_s``, for the node's heartbeat and its activation
+        (a node still configuring would refuse it). Raises ``ServiceCallError`` NOT_ACTIVE naming the state the
+        node stayed in. A node never heard within ``wait_s`` (one that does not beat) is left to the call's own
+        bounded wait."""
+        if self._wait_until(lambda: self.node_active() is True, wait_s):
+            return
+        heard = self.node_watch.heard()
+        if heard.at is not None and heard.lifecycle_state != "active":
+            raise ServiceCallError(f"{what}: node {self.namespace} is {heard.lifecycle_state or 'starting'}, not "
+                                   f"active, after waiting {wait_s:g} s (configure and activate it: flashrt serve "
+                                   "does both; or give the command a longer --timeout)", int(ErrorCode.NOT_ACTIVE))
+
+    def raise_if_node_gone(self, instance_id: str = "") -> None:
+        """Raise ``NodeGone`` when the node stopped beating or restarted since ``instance_id`` (``NodeWatch.gone``)."""
+        why = self.node_watch.gone(instance_id)
+        if why:
+            raise NodeGone(why)
+
     # --- waiting ----------------------------------------------------------
     def _wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Poll ``condition`` (spinning our node if we own its executor) until true or timeout."""
@@ -120,6 +162,9 @@ class ClientCore:
         if self._own_executor is not None:
             self._own_executor.shutdown()
             self._own_executor = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
 
     def _decide_executor(self) -> None:
         """On the first wait: spin our node ourselves unless an executor already owns it."""
@@ -129,25 +174,32 @@ class ClientCore:
                 self._own_executor = SingleThreadedExecutor()
                 self._own_executor.add_node(self.node)
 
-    def _wait(self, future: Future, timeout_s: float) -> Any:
-        """Wait for a future whether or not another thread spins our node."""
-        self._wait_any([future], timeout_s)
+    def _wait(self, future: Future, timeout_s: float, instance_id: str | None = None) -> Any:
+        """Wait for a future whether or not another thread spins our node (``instance_id``: see ``_wait_any``)."""
+        self._wait_any([future], timeout_s, instance_id)
         return future.result() if future.done() else None
 
-    def _wait_any(self, futures: list[Future], timeout_s: float) -> None:
-        """Wait until one of ``futures`` is done or ``timeout_s`` passed (spinning our node if we own it)."""
+    def _wait_any(self, futures: list[Future], timeout_s: float, instance_id: str | None = None) -> None:
+        """Wait until one of ``futures`` is done or ``timeout_s`` passed (spinning our node if we own it).
+        ``instance_id`` (not None): end the wait with ``NodeGone`` once the node stops beating or restarts
+        since that instance ("": any instance; silence only)."""
         self._decide_executor()
         deadline = time.monotonic() + timeout_s
+
+        def check() -> None:
+            self.raise_if_interrupted()
+            if instance_id is not None:
+                self.raise_if_node_gone(instance_id)
         if self._own_executor is not None:
             # Short slices: a KeyboardInterrupt is raised between them, not after timeout_s.
             while not any(f.done() for f in futures) and (left := deadline - time.monotonic()) > 0:
-                self.raise_if_interrupted()
+                check()
                 self._own_executor.spin_once(timeout_sec=min(left, 0.05))
         else:
             done = threading.Event()
             for f in futures:
                 f.add_done_callback(lambda _f: done.set())
             while not done.is_set() and (left := deadline - time.monotonic()) > 0:
-                self.raise_if_interrupted()
+                check()
                 done.wait(min(left, 0.05))
         self.raise_if_interrupted()

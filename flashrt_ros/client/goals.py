@@ -33,7 +33,7 @@ from rclpy.qos import qos_profile_action_status_default
 from rclpy.task import Future
 from unique_identifier_msgs.msg import UUID
 
-from flashrt_ros.client.core import TIMEOUT_CODE, ClientCore, ServiceCallError
+from flashrt_ros.client.core import TIMEOUT_CODE, ClientCore, NodeGone, ServiceCallError
 from flashrt_ros.client.lease import LeaseRenewer
 from flashrt_ros.interface.qos import FEEDBACK_QOS
 
@@ -102,6 +102,7 @@ class GoalCalls(ClientCore):
         self._resends: dict[bytes, _Resend] = {}     # goals awaiting acceptance: how to send them again
         self._recovery_timer: Any = None
         self._cancel_clients: dict[str, Any] = {}    # action name -> its cancel_goal service client
+        self._instances: dict[bytes, str] = {}       # goal id -> the node instance it was sent to (node_watch)
 
     def _follow_goals(self, actions: tuple[tuple[Any, str, Any], ...]) -> None:
         """Subscribe to each action's (type, name, action client) feedback and status topics."""
@@ -125,6 +126,7 @@ class GoalCalls(ClientCore):
             self._feedback_callbacks[bytes(goal_id.uuid)] = feedback
         if goal.lease_s > 0:
             self.leases.hold(goal_id)
+        self._instances[bytes(goal_id.uuid)] = self.node_watch.heard().instance_id
         future = action_client.send_goal_async(goal, goal_uuid=goal_id)
         self._resends[bytes(goal_id.uuid)] = _Resend(action_client, goal, goal_id, future, time.monotonic())
         return self._remember_goal_id(future, goal_id)
@@ -194,6 +196,13 @@ class GoalCalls(ClientCore):
                 resend.refusal = (handle, time.monotonic())
         copy.add_done_callback(copy_answered)
 
+    def goal_node_gone(self, goal_id: Any) -> str | None:
+        """Why a goal sent under ``goal_id`` can no longer end on its node (it stopped beating, or it restarted
+        since the goal was sent), or None (``client.node_watch``)."""
+        if goal_id is None:
+            return self.node_watch.gone("")
+        return self.node_watch.gone(self._instances.get(bytes(goal_id.uuid), ""))
+
     def sent_goal_id(self, future: Future) -> Any:
         """The goal id of a ``generate_async`` / ``run_policy_async`` future still waiting for its
         acceptance (else None)."""
@@ -206,6 +215,7 @@ class GoalCalls(ClientCore):
         ``goal``: its goal handle, or its goal id (a goal whose acceptance never arrived)."""
         goal_id = getattr(goal, "goal_id", goal)
         self._feedback_callbacks.pop(bytes(goal_id.uuid), None)
+        self._instances.pop(bytes(goal_id.uuid), None)
         self.leases.release(goal_id)
 
     def _on_feedback(self, msg: Any) -> None:
@@ -218,8 +228,15 @@ class GoalCalls(ClientCore):
 
         Ctrl-C while waiting cancels the goal first (its final result rides on the
         KeyboardInterrupt as ``.result``); no result within ``timeout_s`` cancels it too."""
+        goal_id = self._sent_goal_ids.get(id(sent))
+        instance = self._instances.get(bytes(goal_id.uuid), "") if goal_id is not None else ""
         try:
-            handle = self._wait(sent, wait_s)
+            handle = self._wait(sent, wait_s, instance)
+        except NodeGone:
+            sent.cancel()                                # nothing left to cancel on a dead node
+            if goal_id is not None:
+                self.forget_goal(goal_id)
+            raise
         except KeyboardInterrupt as interrupt:
             # Ctrl-C / SIGTERM before the acceptance arrived: the node may run the goal already
             interrupt.result = self._cancel_unanswered(action, sent, wait_s)
@@ -256,13 +273,18 @@ class GoalCalls(ClientCore):
         futures = [handle.get_result_async()]
         asking = ResultAsking(time.monotonic())
         deadline = time.monotonic() + timeout_s
+        instance = self._instances.get(bytes(handle.goal_id.uuid), "")
         while (left := deadline - time.monotonic()) > 0:
             answered = next((f for f in futures if f.done()), None)
             if answered is not None:
                 return answered.result()
             if asking.due(handle.status, time.monotonic()):
                 futures.append(handle.get_result_async())
-            self._wait_any(futures, min(left, 0.2))
+            try:
+                self._wait_any(futures, min(left, 0.2), instance)
+            except NodeGone:
+                self.forget_goal(handle)
+                raise
         return None
 
     def cancel_goal_id(self, goal_id: Any, action: str = "generate") -> Future:

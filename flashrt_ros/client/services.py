@@ -100,6 +100,7 @@ class ServiceCalls(ClientCore):
                     f"service {client.srv_name} not available after {wait_s:.1f} s "
                     "(is the node running and active, and on the same ROS_DOMAIN_ID?)", TIMEOUT_CODE)
         request = self.request(verb, **fields)
+        instance = self.node_watch.heard().instance_id       # a restart while waiting ends the wait (NODE_GONE)
         resends = resend_times(timeout_s) if retry_safe(verb, fields) else []
         futures = [client.call_async(request)]
         start = time.monotonic()
@@ -118,7 +119,7 @@ class ServiceCalls(ClientCore):
                     futures.append(client.call_async(request))
                     continue
                 next_event = min(left, (start + resends[0] - time.monotonic()) if resends else left)
-                self._wait_any(futures, max(0.0, next_event))
+                self._wait_any(futures, max(0.0, next_event), instance)
         finally:
             for f in futures:
                 if not f.done():

@@ -34,6 +34,7 @@ class ErrorCode(IntEnum):
     LEASE_EXPIRED = 16  # a goal's client stopped renewing its lease (it died or hangs): the node ended it
     STALE_INPUTS = 17   # a RunPolicy goal waited longer than its stale_timeout_s for fresh inputs
     INPUT_REJECTED = 18  # ... while the node refused its input messages (their text names topic and why)
+    NODE_GONE = 19      # client side: the node stopped beating (died, froze) or restarted while a call waited
     INTERNAL = 99
 
 
@@ -59,6 +60,7 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.STALE_INPUTS: "the goal waited longer than its stale_timeout_s for fresh inputs",
     ErrorCode.INPUT_REJECTED: "the goal waited past its stale_timeout_s on input messages the node refuses "
                               "(an image encoding, a JointState lacking joints)",
+    ErrorCode.NODE_GONE: "client side: the node stopped its heartbeat or restarted while the call waited",
     ErrorCode.INTERNAL: "unexpected failure; see the node log",
 }
 
@@ -79,6 +81,9 @@ DOCS: dict[ErrorCode, str] = {
                               "and why, in the words of `~/status`'s `inputs_detail` and the goal's waiting "
                               "feedback. A goal whose policy step raised ends with `INTERNAL` (`policy step "
                               "failed: ...`)",
+    ErrorCode.NODE_GONE: "reported by the client, never by the node: while a call or goal waited, the node's "
+                         "`~/node_heartbeat` went silent for 5 periods (2.5 s: the process died or froze) or came "
+                         "back with another `instance_id` (the node restarted: a goal it ran is gone)",
 }
 
 

@@ -47,6 +47,13 @@ STATUS_QOS = QosSpec(depth=1, durability="transient_local")
 #: ``~/goal_heartbeat`` (``flashrt_ros/msg/GoalHeartbeat``): clients renew their goals' leases.
 HEARTBEAT_TOPIC = "goal_heartbeat"
 HEARTBEAT_QOS = QosSpec(depth=10)
+#: ``~/node_heartbeat`` (``flashrt_ros/msg/NodeHeartbeat``): the node tells its clients it lives, every
+#: ``NODE_HEARTBEAT_PERIOD_S``; best effort and volatile (a lost one is replaced by the next; an old one is no news).
+NODE_HEARTBEAT_TOPIC = "node_heartbeat"
+NODE_HEARTBEAT_QOS = QosSpec(depth=10, reliability="best_effort")
+NODE_HEARTBEAT_PERIOD_S = 0.5
+#: A client takes its node for gone after this many periods without a heartbeat (2.5 s at the default period).
+NODE_SILENT_PERIODS = 5
 #: The node reads heartbeats best effort (it matches reliable and best-effort writers alike):
 #: a reliable reader delivers in order, so one lost heartbeat would hold every later one back until
 #: the writer repairs it (Fast DDS: up to 3 s, longer than the default 2 s lease); a lost heartbeat

@@ -99,6 +99,11 @@ class GoalBook:
         with self._lock:
             return next(iter(self._running.values()), None)
 
+    def goal_ids(self) -> list[str]:
+        """The running goals' ids (``NodeHeartbeat.goal_ids``)."""
+        with self._lock:
+            return [g.goal_id for g in self._running.values()]
+
     def renew(self, goal_ids: Iterable[str], now: float | None = None) -> None:
         """A heartbeat naming ``goal_ids``: renew those that run (others are not ours, or ended)."""
         now = time.monotonic() if now is None else now

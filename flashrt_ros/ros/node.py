@@ -39,7 +39,8 @@ new one starts empty) before it runs; ``~/status`` and ListCapsules report it.
 
 Goals (RunPolicy, Generate) never outlive their clients: ``goals.GoalBook``
 keeps each running goal's owner and lease, renewed on ``~/goal_heartbeat`` (read by
-``heartbeats.HeartbeatListener`` on a thread of its own); a
+``heartbeats.HeartbeatListener`` on a thread of its own); the node's own beat,
+``~/node_heartbeat`` (``node_beacon.NodeBeacon``, a thread too), tells clients it lives; a
 second goal is aborted with BUSY naming the first. SIGINT and SIGTERM end every
 goal at its next boundary (clients get a result), then the node exits.
 """
@@ -69,6 +70,7 @@ from flashrt_ros.ros.diagnostics import diagnostics_message, status_summary
 from flashrt_ros.ros.generate_action import GenerateActionServer
 from flashrt_ros.ros.goals import GoalBook
 from flashrt_ros.ros.heartbeats import HeartbeatListener
+from flashrt_ros.ros.node_beacon import NodeBeacon
 from flashrt_ros.ros.parameters import declare_parameters, read_config, refuse_invalid_sets
 from flashrt_ros.ros.replan_log import ReplanLog
 from flashrt_ros.ros.spinning import finish_dispatched, spin_until_shutdown
@@ -107,6 +109,8 @@ class FlashRTNode(LifecycleNode):
                                                      self._goals, lambda: self._shutting_down)
         # Heartbeats read on a thread of their own: never queued behind a step, a service or a goal.
         self._heartbeats = HeartbeatListener(self, self._goals)
+        # ... and our own beat, from a thread of its own too: clients tell a dead or restarted node by it.
+        self._beacon = NodeBeacon(self, lambda: self._lifecycle_name, self._goals.goal_ids)
         self._status_pub = self.create_publisher(EngineStatus, f"~/{STATUS_TOPIC}", STATUS_QOS.profile())
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._status_timer = self.create_timer(self._config.status_period_s, self._publish_status,
@@ -210,8 +214,9 @@ class FlashRTNode(LifecycleNode):
         self._active = False           # Generate stops at its next token; services answer NOT_ACTIVE
 
     def destroy_node(self) -> None:
-        """Stop reading heartbeats (its thread and hidden node), then destroy the node."""
+        """Stop reading heartbeats (its thread and hidden node) and beating, then destroy the node."""
         self._heartbeats.destroy()
+        self._beacon.destroy()
         super().destroy_node()
 
     def goals_running(self) -> bool:
