@@ -65,6 +65,7 @@ def test_services_follow_the_lifecycle_and_state_survives_reactivation(tmp_path,
         assert outcome.accepted and outcome.result.success
         before = client.call("snapshot", name="kept").capsule
         assert lc.transition(Transition.TRANSITION_DEACTIVATE) and lc.state() == "inactive"
+        wait_until(lambda: client.node_active() is False, 60, "the node's heartbeat to say inactive")
         with pytest.raises(ServiceCallError) as refused:      # waits (bounded) for activation, names the state
             client.generate("x", max_new_tokens=1, wait_s=1.0)
         assert refused.value.error_code == int(ErrorCode.NOT_ACTIVE) and "is inactive, not active" in str(refused.value)
