@@ -1,5 +1,5 @@
 """Lost replies (Fast DDS "failed to send response (timeout)", ros2/ros2#1253): our client and CLI
-never hang, re-send only what is safe to repeat, and cancel a goal whose acceptance was lost.
+never hang, re-send a changing verb only under its request id, and cancel a goal whose acceptance was lost.
 
 The server here is a stand-in on real DDS whose replies are dropped on purpose: services of
 the node's types, and the Generate action's services and topics, served by hand.
@@ -129,15 +129,20 @@ def test_a_lost_reply_of_a_safe_verb_is_resent_and_answered(server, client):
     assert len(server.received["list"]) == 2          # the first reply was dropped, the copy answered
 
 
-def test_a_lost_reply_of_an_unsafe_verb_is_a_timeout_never_a_resend(server, client):
+def test_a_lost_reply_of_a_changing_verb_is_resent_under_its_request_id(server, client):
+    """rollback is not safe to repeat, so every copy carries the first request's id: the node answers a copy
+    with the first answer and never rolls back twice (its ledger: test_request_ids.py). This stand-in drops every
+    reply, so the call ends in TIMEOUT, bounded, having sent copies under one id."""
+    server.received["rollback"].clear()
     start = time.monotonic()
     with pytest.raises(ServiceCallError) as err:
         client.call("rollback", steps=2, timeout_s=5.0, wait_s=60.0)
     assert err.value.error_code == TIMEOUT_CODE and "TIMEOUT" in str(err.value)
-    assert "not re-sent" in str(err.value)
+    assert "sent 2 times" in str(err.value), str(err.value)
     assert time.monotonic() - start < 60.0            # bounded (generous bound: only "it returned")
-    wait_until(lambda: server.received["rollback"], what="the rollback request at the server")
-    assert len(server.received["rollback"]) == 1      # rolled back once, never twice
+    wait_until(lambda: len(server.received["rollback"]) >= 2, what="the rollback and its copy at the server")
+    ids = {r.request_id for r in server.received["rollback"]}
+    assert len(ids) == 1 and len(next(iter(ids))) == 32, ids
 
 
 def test_a_goal_whose_acceptance_is_lost_is_cancelled_by_id_never_sent_under_a_new_id(server, client):
@@ -211,4 +216,4 @@ def test_the_cli_recovers_a_lost_reply_and_times_out_clearly(server):
     listed = cli("--timeout", "60", "list")
     assert listed.returncode == 0, listed.stderr
     rolled = cli("--timeout", "5", "rollback", "1")
-    assert rolled.returncode == 3 and "TIMEOUT" in rolled.stderr, rolled.stderr
+    assert rolled.returncode == 3 and "TIMEOUT" in rolled.stderr and "sent 2 times" in rolled.stderr, rolled.stderr

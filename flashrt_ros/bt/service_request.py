@@ -8,6 +8,7 @@ from typing import Any
 from flashrt_ros.bt.goal_request import halted_goals_settled
 from flashrt_ros.bt.progress import BAD_FIELD, DEFAULT_TIMEOUT_S, Progress, describe_failure, tagged
 from flashrt_ros.client import resend_times, retry_safe
+from flashrt_ros.client.services import with_request_id
 from flashrt_ros.interface.errors import ErrorCode
 
 
@@ -16,7 +17,9 @@ class ServiceRequest:
 
     def __init__(self, client: Any, verb: str, fields: dict[str, Any] | None = None,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self.client, self.verb, self.fields, self.timeout_s = client, verb, dict(fields or {}), timeout_s
+        # one request id for the request and its copies: the node answers a copy with the first answer
+        self.client, self.verb, self.timeout_s = client, verb, timeout_s
+        self.fields = with_request_id(verb, dict(fields or {}))
         self.futures: list[Any] = []       # the request and its re-sent copies (retry-safe verbs only)
         self.sent_at: float | None = None
         self.deadline: float | None = None

@@ -1,21 +1,23 @@
-"""Service calls: one request, its answer checked, a lost reply re-sent where that is safe.
+"""Service calls: one request, its answer checked, a lost reply re-sent.
 
 Lost replies. A DDS service reply can be lost for good: Fast DDS drops it when
 the server has not yet matched the client's reply reader ("failed to send
 response (timeout)", ros2/ros2#1253), typically on a new client's first calls
 on a loaded machine. So every wait is bounded and ends in ``TIMEOUT`` (error
-code 13), and a request is re-sent only where a repeat cannot do anything one
-late request would not (``retry_safe``, from each verb's declaration in
-``interface/services.py``): read-only verbs (list, verify), idempotent ones (pin,
-unpin, save, pause, resume) and those that set the state to one named value
-(restore, reset, switch_session, a snapshot with overwrite). Never re-sent: a
-snapshot without overwrite, fork, load (a repeat of an applied one answers
-ALREADY_EXISTS), drop and close_session (NOT_FOUND), rollback (it would go back
-twice).
+code 13), and a request whose reply has not come is sent again (2 s, 6 s, 14 s,
+... after the first). Every verb that changes something carries a fresh
+``request_id`` (``with_request_id``): the node answers a copy under that id with
+the first request's answer and never runs it again (``ros/request_ledger.py``), so
+a rollback re-sent goes back once, a fork re-sent is not refused as ALREADY_EXISTS.
+Read-only verbs (list, verify) are re-sent as they are. A request sent without an
+id (by another client: ``ros2 service call``) is re-sent here only where a repeat
+cannot do anything one late request would not (``retry_safe`` of each verb's
+declaration in ``interface/services.py``).
 """
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from rcl_interfaces.srv import SetParameters
@@ -38,6 +40,14 @@ SERVICES: dict[str, tuple[type, str]] = {
 RETRY_SAFE_VERBS = frozenset({verb.name for verb in VERBS if verb.retry_safe} | {"set_parameters"})
 #: How long one attempt waits for its reply before a retry-safe request is sent again (doubling).
 FIRST_ATTEMPT_S = 2.0
+
+
+def with_request_id(verb: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` plus a fresh ``request_id`` for a verb whose request takes one (and was given none): every copy of
+    the request then carries it, and the node answers copies with the first answer."""
+    if verb in BY_NAME and BY_NAME[verb].takes_request_id and not fields.get("request_id"):
+        return {**fields, "request_id": uuid.uuid4().hex}
+    return dict(fields)
 
 
 def retry_safe(verb: str, fields: dict[str, Any]) -> bool:
@@ -99,6 +109,7 @@ class ServiceCalls(ClientCore):
                 raise ServiceCallError(
                     f"service {client.srv_name} not available after {wait_s:.1f} s "
                     "(is the node running and active, and on the same ROS_DOMAIN_ID?)", TIMEOUT_CODE)
+        fields = with_request_id(verb, fields)
         request = self.request(verb, **fields)
         instance = self.node_watch.heard().instance_id       # a restart while waiting ends the wait (NODE_GONE)
         resends = resend_times(timeout_s) if retry_safe(verb, fields) else []

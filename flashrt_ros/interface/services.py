@@ -29,10 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from std_srvs.srv import Trigger
-
-from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pin, Restore, Rollback, Save,
-                             Snapshot, SwitchSession, Unpin, Verify)
+from flashrt_ros.srv import (CloseSession, Drop, Fork, ListCapsules, Load, Pause, Pin, Reset, Restore, Resume,
+                             Rollback, Save, Snapshot, SwitchSession, Unpin, Verify)
 
 #: The capsule tiers, fastest first (a snapshot's or fork's ``tier``; the ``default_tier`` parameter).
 TIERS = ("device", "host", "disk")
@@ -121,11 +119,20 @@ class ServiceVerb:
 
     @property
     def srv_type_name(self) -> str:
-        """``flashrt_ros/srv/Snapshot``, ``std_srvs/srv/Trigger``."""
-        package = "std_srvs" if self.srv is Trigger else "flashrt_ros"
-        return f"{package}/srv/{self.srv.__name__}"
+        """``flashrt_ros/srv/Snapshot``."""
+        return f"flashrt_ros/srv/{self.srv.__name__}"
+
+    @property
+    def takes_request_id(self) -> bool:
+        """Its request has ``request_id``: the node answers a copy under the same id with the first answer
+        (``ros/request_ledger.py``), so any lost reply may be re-sent. Every verb that changes something."""
+        return "request_id" in self.srv.Request.get_fields_and_field_types()
 
     def is_retry_safe(self, fields: dict[str, Any]) -> bool:
+        """A lost reply may be re-sent: the request carries a ``request_id``, or a repeat does nothing one late
+        request would not (``retry_safe``, ``retry_safe_if``)."""
+        if fields.get("request_id") and self.takes_request_id:
+            return True
         return self.retry_safe or (bool(self.retry_safe_if) and bool(fields.get(self.retry_safe_if)))
 
     def refusal(self, request: Any, engine_kind: str) -> str | None:
@@ -196,7 +203,7 @@ VERBS: tuple[ServiceVerb, ...] = (
                       (TreeOutput("position", int, "the capsule's / state's position (steps or tokens)",
                                   lambda r: int(r.position)),))),
     ServiceVerb(
-        "reset", Trigger, "reset the engine state (capsules stay)",
+        "reset", Reset, "reset the engine state (capsules stay)",
         "empty the engine state (capsules stay)",
         at_boundary=True, replaces_state=True, retry_safe=True,
         tree=TreeNode("Reset", "Empty the current session's state (a new episode or conversation); capsules stay.")),
@@ -211,12 +218,12 @@ VERBS: tuple[ServiceVerb, ...] = (
                       "empty).", (TreeOutput("previous_session", str, "the session that was live before",
                                              lambda r: r.previous_session),))),
     ServiceVerb(
-        "pause", Trigger, "pause the policy loop",
+        "pause", Pause, "pause the policy loop",
         "stop the policy control loop at a boundary (policy engine)",
         at_boundary=True, retry_safe=True, engines=("policy",),
         tree=TreeNode("PausePolicy", "Stop the policy loop at a boundary; its state stays exactly where it was.")),
     ServiceVerb(
-        "resume", Trigger, "resume the policy loop",
+        "resume", Resume, "resume the policy loop",
         "restart the policy control loop at a boundary (policy engine)",
         at_boundary=True, retry_safe=True, engines=("policy",),
         tree=TreeNode("ResumePolicy", "Restart the policy loop.")),

@@ -1,6 +1,7 @@
 """The capsule services of the node: one per verb of ``interface.services.VERBS``, one callback for all.
 
-Why one callback: what every service does around its verb is the same: refuse
+Why one callback: what every service does around its verb is the same: answer a copy
+of a request (same ``request_id``) with the first one's answer (``request_ledger``), refuse
 unless the node is active, apply the declaration's checks (engines, minimums),
 run the handler (at a committed boundary for verbs that touch the live state;
 store-only verbs never hold the engine: the store has its own lock, and a slow
@@ -19,7 +20,11 @@ from flashrt_ros.interface.services import TIERS, VERBS, ServiceVerb
 from flashrt_ros.ros import conversions as conv
 from flashrt_ros.ros.parameters import read_config
 from flashrt_ros.ros.verb_handlers import HANDLERS, VerbContext
+from flashrt_ros.ros.request_ledger import RequestLedger, answer_once
 from flashrt_ros.runtime.errors import InvalidArgument
+
+#: How much longer than a boundary wait a copy waits for the first request's answer (s).
+COPY_WAIT_MARGIN_S = 5.0
 
 
 class StateServices:
@@ -30,6 +35,7 @@ class StateServices:
                  config: Callable[[], Any]) -> None:
         self._node, self._active_engine, self._policy_io, self._config = node, active_engine, policy_io, config
         qos = SERVICE_QOS.profile()
+        self.ledger = RequestLedger()
         self.services = [node.create_service(verb.srv, f"~/{verb.name}", self.serve(verb), qos_profile=qos,
                                              callback_group=group) for verb in VERBS]
 
@@ -38,6 +44,10 @@ class StateServices:
         handler = HANDLERS[verb.name]
 
         def callback(request: Any, response: Any) -> Any:
+            return answer_once(self.ledger, verb.name, request, response, run,
+                               self._config().boundary_timeout_s + COPY_WAIT_MARGIN_S, self._node.get_logger())
+
+        def run(request: Any, response: Any) -> Any:
             try:
                 engine = self._active_engine()
                 refused = verb.refusal(request, self._config().engine_kind)

@@ -25,8 +25,8 @@ Modes (parameter ``mode``):
   replayable whatever the machine's load (a sample is never skipped or repeated).
 - ``realtime``: a timer at ``control_rate_hz`` steps with the latest command and publishes.
 
-Services (``std_srvs/Trigger`` reset; ``flashrt_ros/Snapshot`` and ``Restore``
-with ``name``): ``~/reset`` re-seeds the episode (``seed``) and publishes its
+Services (``flashrt_ros/Reset``, ``Snapshot`` and ``Restore`` with ``name``; a copy
+under the same ``request_id`` gets the first answer, ``ros/request_ledger.py``): ``~/reset`` re-seeds the episode (``seed``) and publishes its
 first observation; ``~/snapshot`` keeps the exact physics state
 (``mj_getState``, ``mjSTATE_INTEGRATION``) under a name; ``~/restore`` puts it
 back (``mj_setState``) without publishing, or, with ``publish_on_restore``, publishes
@@ -48,13 +48,16 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float32MultiArray, Float64, Float64MultiArray, UInt64
-from std_srvs.srv import Trigger
 
 from flashrt_ros.interface.errors import ErrorCode
 from flashrt_ros.interface.sim_params import SIM_PARAMS, SimConfig
 from flashrt_ros.ros.parameters import declare_parameters, read_config, refuse_invalid_sets
 from flashrt_ros.ros.spinning import serve_until_interrupted
-from flashrt_ros.srv import Restore, Snapshot
+from flashrt_ros.ros.request_ledger import RequestLedger, answer_once
+from flashrt_ros.srv import Reset, Restore, Snapshot
+
+#: How long a copy of a request waits for the first one's answer (s): a physics call takes milliseconds.
+COPY_WAIT_S = 10.0
 
 
 class SimNode(Node):
@@ -91,9 +94,11 @@ class SimNode(Node):
         self.add_on_set_parameters_callback(refuse_invalid_sets(SIM_PARAMS))
         self.add_on_set_parameters_callback(self._check_target)
         self.add_post_set_parameters_callback(self._apply_target)
-        self.create_service(Trigger, "~/reset", self._reset)
-        self.create_service(Snapshot, "~/snapshot", self._snapshot)
-        self.create_service(Restore, "~/restore", self._restore)
+        self._ledger = RequestLedger()        # a copy of a request (same request_id) gets the first answer
+        for srv, name, run in ((Reset, "reset", self._reset), (Snapshot, "snapshot", self._snapshot),
+                               (Restore, "restore", self._restore)):
+            self.create_service(srv, f"~/{name}", lambda req, resp, n=name, r=run: answer_once(
+                self._ledger, n, req, resp, r, COPY_WAIT_S, self.get_logger()))
         if self.mode == "realtime":
             self.create_timer(1.0 / p.control_rate_hz, self._on_timer)
         self.get_logger().info(f"sim ready: {self.mode}, seed {p.seed}, "
