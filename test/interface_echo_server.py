@@ -25,7 +25,7 @@ SERVICES = {"snapshot": Snapshot, "restore": Restore, "fork": Fork, "rollback": 
 def echo(request, response):
     """Echo the request's first string field back as the message and a capsule name."""
     text = next((getattr(request, f) for f in request.get_fields_and_field_types()
-                 if isinstance(getattr(request, f), str)), "")
+                 if isinstance(getattr(request, f), str) and f != "request_id"), "")
     response.success = True
     response.message = f"echo:{text}"
     if hasattr(response, "capsule"):

@@ -139,8 +139,9 @@ def clock(monkeypatch):
     return fake
 
 
-def test_btcpp_nodes_resend_a_safe_request_after_a_lost_reply_and_never_an_unsafe_one(clock):
-    """The lost-reply rules live in the shared request core: BT.CPP nodes get them too."""
+def test_btcpp_nodes_resend_a_lost_reply_under_its_request_id(clock):
+    """The lost-reply rules live in the shared request core: BT.CPP nodes get them too. A rollback (a repeat
+    would go back twice without its id) is re-sent under the same request id; unanswered, it ends in TIMEOUT."""
     client = FakeClient()
     t = FlashRTTrees(client).load(tree('<Sequence><Restore capsule="c"/><Rollback steps="2"/></Sequence>'))
     assert t.tick_once() == bt.NodeStatus.RUNNING
@@ -149,12 +150,13 @@ def test_btcpp_nodes_resend_a_safe_request_after_a_lost_reply_and_never_an_unsaf
     client.sent[1][2].set_result(SimpleNamespace(**vars(ok("restored")), capsule=SimpleNamespace(position=3)))
     assert t.tick_once() == bt.NodeStatus.RUNNING and client.sent[0][2].cancelled()
     assert client.sent[2][0] == "rollback"
-    clock.now += 2.0                          # the rollback's reply is lost: never re-sent
-    assert t.tick_once() == bt.NodeStatus.RUNNING and len(client.sent) == 3
+    clock.now += 2.0                          # the rollback's reply is lost: re-sent under its id
+    assert t.tick_once() == bt.NodeStatus.RUNNING and len(client.sent) == 4
+    assert client.request_ids[2] == client.request_ids[3] and len(client.request_ids[2]) == 32
     clock.now += 15.0
     assert t.tick_once() == bt.NodeStatus.FAILURE
     message = t.root_blackboard().get_string("error_message")
-    assert "TIMEOUT" in message and "not re-sent" in message
+    assert "TIMEOUT" in message and "sent 2 times" in message, message
 
 
 def test_btcpp_goal_whose_acceptance_is_lost_is_cancelled_by_its_id(clock):

@@ -21,6 +21,7 @@ class FakeClient:
         self.ready = ready
         self.namespace, self.node = namespace, None
         self.sent: list[tuple[str, dict, Future]] = []
+        self.request_ids: list[str | None] = []
         self.goals: list[SimpleNamespace] = []
         self.cancelled_ids: list = []
         self.cancelled_actions: list[str] = []
@@ -32,6 +33,7 @@ class FakeClient:
 
     def call_async(self, verb, **fields):
         future = Future()
+        self.request_ids.append(fields.pop("request_id", None))     # checked apart (every changing verb has one)
         self.sent.append((verb, fields, future))
         return future
 
@@ -91,6 +93,7 @@ def test_request_is_sent_once_and_ticks_do_not_block():
     assert len(client.sent) == 1
     verb, fields, future = client.sent[0]
     assert verb == "snapshot" and fields == dict(name="cap1", tier="host", session="", pin=False, overwrite=True)
+    assert len(client.request_ids[0]) == 32          # the node answers a copy under it with the first answer
     assert not future.done()
 
 
@@ -307,32 +310,34 @@ def clock(monkeypatch):
     return fake
 
 
-@pytest.mark.parametrize("make,safe", [
-    (lambda c: Snapshot("s", c, "cap", overwrite=True), True),
-    (lambda c: Restore("r", c, "cap"), True),
-    (lambda c: PausePolicy("p", c), True),
-    (lambda c: Snapshot("s", c, "cap"), False),       # a repeat of an applied one: ALREADY_EXISTS
-    (lambda c: Rollback("b", c, 2), False),           # a repeat would go back twice
-    (lambda c: Fork("f", c, "a", "b"), False),
+@pytest.mark.parametrize("make", [
+    lambda c: Snapshot("s", c, "cap", overwrite=True),
+    lambda c: Restore("r", c, "cap"),
+    lambda c: PausePolicy("p", c),
+    lambda c: Snapshot("s", c, "cap"),        # without its id, a repeat of an applied one: ALREADY_EXISTS
+    lambda c: Rollback("b", c, 2),            # ... would go back twice
+    lambda c: Fork("f", c, "a", "b"),
 ], ids=["snapshot overwrite", "restore", "pause", "snapshot", "rollback", "fork"])
-def test_a_lost_reply_is_resent_only_where_that_is_safe_and_never_hangs(clock, make, safe):
+def test_a_lost_reply_is_resent_under_the_same_request_id_and_never_hangs(clock, make):
+    """Every changing verb carries a request id: its copy is answered by the node with the first answer, so any
+    lost reply is re-sent; one the node never answers still ends in TIMEOUT."""
     client = FakeClient()
     b = make(client)
     b.tick_once()
     assert len(client.sent) == 1
     clock.now += 2.0                  # the first reply is lost: nothing ever completes sent[0]
     b.tick_once()
-    assert b.status is Status.RUNNING and len(client.sent) == (2 if safe else 1)
-    if safe:
-        client.sent[1][2].set_result(ok("answered the copy"))
-        b.tick_once()
-        assert b.status is Status.SUCCESS and b.feedback_message == "answered the copy"
-        assert client.sent[0][2].cancelled()          # the lost one is forgotten
-    else:
-        clock.now += requests.DEFAULT_TIMEOUT_S
-        b.tick_once()
-        assert b.status is Status.FAILURE and "TIMEOUT" in b.feedback_message
-        assert client.sent[0][2].cancelled()
+    assert b.status is Status.RUNNING and len(client.sent) == 2
+    assert client.request_ids[0] == client.request_ids[1] and len(client.request_ids[0]) == 32
+    client.sent[1][2].set_result(ok("answered the copy"))
+    b.tick_once()
+    assert b.status is Status.SUCCESS and b.feedback_message == "answered the copy"
+    assert client.sent[0][2].cancelled()          # the lost one is forgotten
+    silent = make(FakeClient())
+    silent.tick_once()
+    clock.now += requests.DEFAULT_TIMEOUT_S
+    silent.tick_once()
+    assert silent.status is Status.FAILURE and "TIMEOUT" in silent.feedback_message
 
 
 def test_a_slow_first_reply_still_counts_after_a_resend(clock):
