@@ -20,11 +20,19 @@ ERROR_CODES_HEADER = "# Error codes (stable; from flashrt_ros/interface/errors.p
 def services_table() -> str:
     """The service table of docs/services.md."""
     def resent(v: ServiceVerb) -> str:
+        if v.takes_request_id:
+            return "yes, under its `request_id` (a copy is answered, never run again)"
+        return "yes (read-only)" if v.retry_safe else "no"
+
+    def without_id(v: ServiceVerb) -> str:
+        if not v.takes_request_id:
+            return "-"
         return "yes" if v.retry_safe else (f"with `{v.retry_safe_if}`" if v.retry_safe_if else "no")
 
-    rows = ["| service | type | runs | re-sent after a lost reply | does |", "| --- | --- | --- | --- | --- |"]
+    rows = ["| service | type | runs | our clients re-send a lost reply | safe to repeat without a `request_id` | "
+            "does |", "| --- | --- | --- | --- | --- | --- |"]
     rows += [f"| `~/{v.name}` | `{v.srv_type_name}` | {'at a boundary' if v.at_boundary else 'store only'} | "
-             f"{resent(v)} | {v.doc} |" for v in VERBS]
+             f"{resent(v)} | {without_id(v)} | {v.doc} |" for v in VERBS]
     return "\n".join(rows) + "\n"
 
 
