@@ -29,12 +29,14 @@ import uuid
 from typing import Any, Callable
 
 from action_msgs.msg import GoalStatus, GoalStatusArray
+from rclpy.action.client import ClientGoalHandle
 from rclpy.qos import qos_profile_action_status_default
 from rclpy.task import Future
 from unique_identifier_msgs.msg import UUID
 
 from flashrt_ros.client.core import TIMEOUT_CODE, ClientCore, NodeGone, ServiceCallError
 from flashrt_ros.client.lease import LeaseRenewer
+from flashrt_ros.interface.goals import GOAL_RESEND_HORIZON_S, goal_id_hex
 from flashrt_ros.interface.qos import FEEDBACK_QOS
 
 #: A goal's status once it has ended (its result is then due).
@@ -84,10 +86,12 @@ class _Resend:
 
     def __init__(self, client: Any, goal: Any, goal_id: Any, future: Future, sent_at: float) -> None:
         self.client, self.goal, self.goal_id, self.future = client, goal, goal_id, future
+        self.sent_at = sent_at
         self.delay_s = REQUEST_RESEND_FIRST_S
         self.next_at = sent_at + self.delay_s
         self.copies = 0
         self.refusal: tuple[Any, float] | None = None
+        self.probe: Future | None = None         # a get-result request for the goal id: does the node know it?
 
 
 class GoalCalls(ClientCore):
@@ -171,11 +175,28 @@ class GoalCalls(ClientCore):
         for key, resend in list(self._resends.items()):
             if key not in self._awaiting_acceptance or key in self._listed or resend.future.done():
                 continue
-            if resend.refusal is not None and now - resend.refusal[1] >= ACCEPTANCE_GRACE_S:
-                # a copy was refused and no status names the goal: the refusal is the answer
-                resend.client.answer_pending(resend.goal_id, lambda r=resend: r.refusal[0], resend.future)
-            elif resend.refusal is None and now >= resend.next_at:
+            if resend.refusal is not None:
+                self._decide_refused_copy(resend, now)
+            elif now >= resend.next_at and now - resend.sent_at < GOAL_RESEND_HORIZON_S:
                 self._send_again(key, resend, now)
+
+    def _decide_refused_copy(self, resend: "_Resend", now: float) -> None:
+        """A copy was refused: as a new goal (the node is busy, inactive), or because the node already tracks its
+        id (the first request arrived after all; running, or ended and retained, ``GOAL_RETENTION_S``). Accepted
+        when the node's heartbeat lists the goal (running) or the get-result probe shows the node knows it (it
+        answers a known goal's result, and ``STATUS_UNKNOWN`` at once for an id it never accepted); the refusal
+        is the answer when the probe says unknown, or (a node without a heartbeat) when no status listed the goal
+        within ``ACCEPTANCE_GRACE_S``."""
+        accepted = ClientGoalHandle(resend.client, resend.goal_id,
+                                    resend.client._action_type.Impl.SendGoalService.Response(accepted=True))
+        if goal_id_hex(resend.goal_id) in self.node_watch.heard().goal_ids:
+            resend.client.answer_pending(resend.goal_id, lambda: accepted, resend.future)
+        elif resend.probe is not None and resend.probe.done() and not resend.probe.cancelled():
+            known = resend.probe.result().status != GoalStatus.STATUS_UNKNOWN
+            resend.client.answer_pending(resend.goal_id, (lambda: accepted) if known else
+                                         (lambda r=resend: r.refusal[0]), resend.future)
+        elif resend.probe is None and now - resend.refusal[1] >= ACCEPTANCE_GRACE_S:
+            resend.client.answer_pending(resend.goal_id, lambda r=resend: r.refusal[0], resend.future)
 
     def _send_again(self, key: bytes, resend: "_Resend", now: float) -> None:
         """Send a goal's request again under its own id (see the module docstring)."""
@@ -191,9 +212,13 @@ class GoalCalls(ClientCore):
             if handle.accepted:
                 resend.client.answer_pending(resend.goal_id, lambda: handle, resend.future)
             else:
-                # refused: a new refusal, or the server already tracks this id (the first copy
-                # arrived after all, and its status will say so): decided after a grace
+                # refused: a new refusal, or the server already tracks this id (the first request arrived
+                # after all): ask the node what it knows of the goal (_decide_refused_copy)
                 resend.refusal = (handle, time.monotonic())
+                if self.node_watch.heard().at is not None:
+                    probe = ClientGoalHandle(resend.client, resend.goal_id,
+                                             resend.client._action_type.Impl.SendGoalService.Response(accepted=True))
+                    resend.probe = probe.get_result_async()
         copy.add_done_callback(copy_answered)
 
     def goal_node_gone(self, goal_id: Any) -> str | None:

@@ -21,7 +21,7 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 
 from flashrt_ros.action import Generate
 from flashrt_ros.engine.sampling import SamplingParams
-from flashrt_ros.interface.goals import goal_id_hex
+from flashrt_ros.interface.goals import GOAL_RETENTION_S, goal_id_hex
 from flashrt_ros.interface.node_params import NodeConfig
 from flashrt_ros.interface.qos import FEEDBACK_QOS
 from flashrt_ros.interface.robot_io_params import RobotIOConfig
@@ -43,7 +43,7 @@ class GenerateActionServer:
         self._server = ActionServer(
             node, Generate, "~/generate", execute_callback=self._execute, goal_callback=self._on_goal,
             cancel_callback=lambda _g: CancelResponse.ACCEPT, feedback_pub_qos_profile=FEEDBACK_QOS.profile(),
-            callback_group=group)
+            callback_group=group, result_timeout=GOAL_RETENTION_S)
 
     def _on_goal(self, goal: Any) -> GoalResponse:
         """Accept goals only while active with an LLM engine (a second one is aborted with BUSY)."""

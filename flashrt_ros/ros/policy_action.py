@@ -31,7 +31,7 @@ from typing import Any, Callable
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 
 from flashrt_ros.action import RunPolicy
-from flashrt_ros.interface.goals import goal_id_hex
+from flashrt_ros.interface.goals import GOAL_RETENTION_S, goal_id_hex
 from flashrt_ros.interface.node_params import NodeConfig
 from flashrt_ros.interface.qos import FEEDBACK_QOS
 from flashrt_ros.interface.robot_io_params import RobotIOConfig
@@ -137,7 +137,8 @@ class PolicyActionServer:
         self._server = ActionServer(node, RunPolicy, "~/run_policy", execute_callback=self._execute,
                                     goal_callback=self._on_goal,
                                     cancel_callback=lambda _g: CancelResponse.ACCEPT,
-                                    feedback_pub_qos_profile=FEEDBACK_QOS.profile(), callback_group=group)
+                                    feedback_pub_qos_profile=FEEDBACK_QOS.profile(), callback_group=group,
+                                    result_timeout=GOAL_RETENTION_S)   # a late copy of a goal never runs twice
 
     def _on_goal(self, goal: Any) -> GoalResponse:
         if self._policy_io() is None:
