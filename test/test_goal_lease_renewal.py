@@ -17,7 +17,7 @@ from rclpy.context import Context
 from waiting import load_factor, wait_until
 from flashrt_ros.client.lease import LeaseRenewer
 from flashrt_ros.interface.goals import goal_id_hex
-from flashrt_ros.ros.goals import GoalBook
+from flashrt_ros.ros.goals import MAX_UNREAD_S, GoalBook
 from flashrt_ros.ros.heartbeats import POLL_S, HeartbeatListener
 
 LEASE_S = 0.8
@@ -30,12 +30,14 @@ def test_a_lease_is_judged_against_what_the_node_has_heard():
     assert goal.lease_expired(start + 10 * LEASE_S), "no listener: the wall clock"
     assert not goal.lease_expired(start + 0.9 * LEASE_S)
     book.heard(start + 0.5 * LEASE_S)
-    # heartbeats after start + 0.5 lease are not read yet (a busy node): the goal lives on
-    assert not goal.lease_expired(start + 10 * LEASE_S)
+    # heartbeats after start + 0.5 lease are not read yet (a busy node): the goal lives on ...
+    assert not goal.lease_expired(start + 0.5 * LEASE_S + MAX_UNREAD_S)
+    # ... but not for ever: a listener that stopped reading cannot keep a lease alive (fail closed)
+    assert goal.lease_expired(start + 10 * LEASE_S)
     book.heard(start + 1.5 * LEASE_S)           # read up to past the lease, and none came
     assert goal.lease_expired(start + 10 * LEASE_S)
     book.renew([goal.goal_id], now=start + 1.4 * LEASE_S)     # ... unless one had come in time
-    assert not goal.lease_expired(start + 10 * LEASE_S)
+    assert not goal.lease_expired(start + 1.5 * LEASE_S)
     book.heard(None)                            # the listener stopped: the wall clock again
     assert goal.lease_expired(start + 10 * LEASE_S) and not goal.lease_expired(start + 1.5 * LEASE_S)
 
@@ -75,4 +77,27 @@ def test_renewals_need_no_executor_on_either_side_and_stop_with_the_goal(context
         renewer.close()
         listener.destroy()
         client_node.destroy_node()
+        node.destroy_node()
+
+
+def test_a_stalled_listener_cannot_keep_a_lease_alive(context, monkeypatch):
+    """The listener's thread blocked inside a take (a stuck or starved thread): ``heard_until`` freezes, and
+    before the bound a dead client's goal lived for ever. Now it ends within its lease plus ``MAX_UNREAD_S``."""
+    import threading
+    node = rclpy.create_node("flashrt", namespace="/stalled", context=context)
+    book = GoalBook()
+    stuck = threading.Event()
+    listener = HeartbeatListener(node, book)
+    try:
+        wait_until(lambda: book.heard_until(0.0) > 0.0, 30, "the listener to report once")   # else: the wall clock
+        monkeypatch.setattr(listener, "_take", lambda: stuck.wait() and None)     # blocks until the test ends
+        goal = book.begin("run_policy", "cd" * 16, "a client that died", LEASE_S)
+        started = goal.started
+        wait_until(lambda: goal.lease_expired(), 30, "the lease of a goal nobody renews to end")
+        assert time.monotonic() - started >= LEASE_S
+        frozen = book.heard_until(time.monotonic())
+        assert time.monotonic() - frozen > MAX_UNREAD_S - 0.5, "the listener was not stalled"
+    finally:
+        stuck.set()
+        listener.destroy()
         node.destroy_node()

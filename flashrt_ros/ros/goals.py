@@ -16,7 +16,8 @@ heartbeat that had arrived, and a goal expires only when that time is more than
 ``lease_s`` past its last renewal. So a node too busy to read its heartbeats (a loaded
 machine, a starved thread) never ends a live client's goal for heartbeats waiting
 unread; it decides as soon as it has read them. Without a listener (``heard`` never
-called) the wall clock is used.
+called) the wall clock is used. The grace is bounded (``MAX_UNREAD_S``): a listener that
+stopped reading for longer cannot keep a lease alive (it fails closed).
 """
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
+
+
+#: How far behind the node's clock the heartbeat listener may have read before a lease is judged against the clock
+#: less this: a listener stalled longer (a starved or stuck thread) must not keep a dead client's goal alive (fail
+#: closed); a lease then ends at most this much later than its ``lease_s``.
+MAX_UNREAD_S = 2.0
 
 
 @dataclass
@@ -48,7 +55,8 @@ class RunningGoal:
         now = time.monotonic() if now is None else now
         with self._lock:
             renewed = self.renewed
-        return min(now, self.heard_until(now)) - renewed > self.lease_s
+        judged_at = max(min(now, self.heard_until(now)), now - MAX_UNREAD_S)
+        return judged_at - renewed > self.lease_s
 
     def renew(self, now: float) -> None:
         with self._lock:
