@@ -171,6 +171,26 @@ def test_the_derived_age_limit_follows_the_measured_input_period():
     assert fixed.limits() == {"cam": 0.1}                            # a given limit is never derived
 
 
+def test_no_derived_age_limit_passes_the_ceiling():
+    """A camera degrading from 30 to 1 Hz: the median interval follows it down and the derived limit (2.5 of it)
+    grew to 2.5 s, so 2.5 s-old frames were stepped on after about 17 slow intervals. Capped, they stop it."""
+    inputs = LatestInputs(["cam"], 0.0, control_period_s=1 / 15, ceiling_s=0.5)
+    t = 0.0
+    for _ in range(32):                                               # 30 Hz
+        inputs.put("cam", t, received_s=t)
+        t += 1 / 30
+    assert inputs.limits()["cam"] == pytest.approx(2.5 / 15)          # the control floor (2.5 periods)
+    for _ in range(20):                                               # then 1 Hz
+        t += 1.0
+        inputs.put("cam", t, received_s=t)
+    assert inputs.limits()["cam"] == 0.5                              # would be 2.5 uncapped
+    take = inputs.take(t + 0.9)
+    assert not take.ok and "capped by max_observation_age_ceiling_s" in take.reason
+    with pytest.raises(ValueError, match="below the derived limit's floor"):
+        LatestInputs(["cam"], 0.0, control_period_s=1.0, ceiling_s=0.5)       # 1 Hz control: 2.5 s floor
+    assert LatestInputs(["cam"], 3.0, control_period_s=1.0, ceiling_s=0.5).limits() == {"cam": 3.0}   # fixed: as set
+
+
 def test_the_control_loop_publishes_while_no_executor_runs_the_node(tmp_path):
     """The control tick is no executor callback: with the node spun by nobody (every executor thread
     busy elsewhere), its commands still go out."""

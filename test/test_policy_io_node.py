@@ -49,7 +49,8 @@ def test_default_qos_and_best_effort_publishers_both_drive_the_policy(ros, tmp_p
 def test_stale_inputs_stop_the_policy_and_fresh_inputs_resume_it(ros, tmp_path):
     # the node's own freshness rule (derived: 2.5 control periods here), at a control period long enough that
     # a loaded machine's scheduling delays do not make fresh inputs look stale
-    ros.policy_node("stale", tmp_path, control_rate_hz=4.0, max_observation_age_s=0.0)
+    ros.policy_node("stale", tmp_path, control_rate_hz=4.0, max_observation_age_s=0.0,
+                    max_observation_age_ceiling_s=1.0)              # above the 2.5-period floor (0.625 s)
     status = _status(ros, "stale")
     diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
     actions = ros.collect(Float32MultiArray, "/stale/flashrt/action")

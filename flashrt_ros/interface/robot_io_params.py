@@ -44,6 +44,10 @@ ROBOT_IO_PARAMS: tuple[ParamDef, ...] = (
     ParamDef("max_observation_age_s", 0.0, "An input older than this stops the policy (0 = derived per "
              "input: 2.5 control periods, or 2.5 of the input's measured period when longer; /diagnostics "
              "reports it).", True, float_range=(0.0, 3600.0)),
+    ParamDef("max_observation_age_ceiling_s", 0.5, "No derived input age limit (max_observation_age_s 0) exceeds "
+             "this: an input slowing down (a camera degrading from 30 to 1 Hz) stops the policy instead of "
+             "stretching its limit. Must be at least 2.5 control periods; raise it for slow sensors.", True,
+             float_range=(0.001, 3600.0)),
     ParamDef("sync_tolerance_s", 0.0, "Largest spread of the stamps of one tick's inputs (header "
              "stamp, else receipt time; 0 = no check).", True, float_range=(0.0, 3600.0)),
     ParamDef("hold_command", [], "Command published on every stale tick (empty = publish "

@@ -17,7 +17,10 @@ periods, or 2.5 of the input's own measured period (the median interval
 between its last 32 receipts) when that is longer; before an input's second
 sample, 2.5 control periods or 0.5 s. A fixed 1.5 control periods flapped stale
 with sensors at the control rate: one frame later than half a period stopped
-the robot.
+the robot. No derived limit exceeds ``ceiling_s``: a camera degrading from 30 to
+1 Hz used to be accepted with 2.5 s-old frames once its median interval had
+followed it down (about 17 slow intervals); with the ceiling it stops the
+policy instead.
 
 With ``require_new`` a tick also waits until every input has a sample it has
 not stepped on yet (lock-step with a simulator: one step per observation).
@@ -34,6 +37,8 @@ from typing import Any, Sequence
 AGE_PERIODS = 2.5
 #: the derived limit of an input whose period is not measured yet (one sample) is at least this
 UNMEASURED_AGE_S = 0.5
+#: no derived limit exceeds this (the ``max_observation_age_ceiling_s`` parameter's default)
+DEFAULT_CEILING_S = 0.5
 INTERVALS_KEPT = 32
 
 
@@ -62,9 +67,9 @@ class LatestInputs:
     """Latest sample per input name; ``take`` applies the freshness and sync rules."""
 
     def __init__(self, names: Sequence[str], max_age_s: float, sync_tolerance_s: float = 0.0, *,
-                 control_period_s: float = 0.0) -> None:
+                 control_period_s: float = 0.0, ceiling_s: float = DEFAULT_CEILING_S) -> None:
         """``max_age_s`` > 0: a fixed limit; 0: derived per input from ``control_period_s`` (> 0) and
-        the input's measured period."""
+        the input's measured period, never above ``ceiling_s``."""
         if not names:
             raise ValueError("at least one input is required")
         if max_age_s < 0 or (max_age_s == 0 and control_period_s <= 0):
@@ -73,7 +78,12 @@ class LatestInputs:
         self.max_age_s, self.sync_tolerance_s = float(max_age_s), float(sync_tolerance_s)
         self.derived = max_age_s == 0
         self._floor = AGE_PERIODS * control_period_s
-        self._limits = {n: self.max_age_s if not self.derived else max(self._floor, UNMEASURED_AGE_S)
+        self.ceiling_s = float(ceiling_s)
+        if self.derived and self.ceiling_s < self._floor:
+            raise ValueError(f"max_observation_age_ceiling_s {self.ceiling_s:g} s is below the derived limit's floor, "
+                             f"{AGE_PERIODS:g} control periods ({self._floor:.3f} s): every tick would be stale; "
+                             "raise it, or set max_observation_age_s")
+        self._limits = {n: self.max_age_s if not self.derived else self._derived(UNMEASURED_AGE_S)
                         for n in self.names}
         self._intervals: dict[str, deque[float]] = {n: deque(maxlen=INTERVALS_KEPT) for n in self.names}
         self._periods: dict[str, float] = {}
@@ -99,7 +109,10 @@ class LatestInputs:
         period = ordered[len(ordered) // 2]
         self._periods[name] = period
         if self.derived:
-            self._limits[name] = max(self._floor, AGE_PERIODS * period)
+            self._limits[name] = self._derived(AGE_PERIODS * period)
+
+    def _derived(self, from_period_s: float) -> float:
+        return min(self.ceiling_s, max(self._floor, from_period_s))
 
     def limits(self) -> dict[str, float]:
         """The age limit of every input now (seconds)."""
@@ -138,8 +151,10 @@ class LatestInputs:
             stale = [n for n in self.names if ages[n] > self._limits[n]]
             if stale:
                 worst = max(stale, key=ages.get)
+                capped = self.derived and self._limits[worst] >= self.ceiling_s
                 limit = (f"max_observation_age_s {self.max_age_s:.3f} s" if not self.derived else
-                         f"its age limit {self._limits[worst]:.3f} s, derived: max_observation_age_s 0")
+                         f"its age limit {self._limits[worst]:.3f} s, derived: max_observation_age_s 0"
+                         + (", capped by max_observation_age_ceiling_s" if capped else ""))
                 return Take(None, stale, f"stale: {', '.join(stale)} (oldest {ages[worst]:.3f} s > {limit})")
             if require_new and any(self._latest[n].serial == self._taken.get(n) for n in self.names):
                 return Take(None, [], "waiting for new samples")

@@ -113,10 +113,13 @@ class PolicyTopics:
             self._publish = self._make_publisher()
         except InvalidArgument as exc:
             problems.append(str(exc))
+        try:
+            self.inputs = LatestInputs(list(plan), io.max_observation_age_s, io.sync_tolerance_s,   # keyed by topic
+                                       control_period_s=self.period_s, ceiling_s=io.max_observation_age_ceiling_s)
+        except ValueError as exc:
+            problems.append(str(exc))
         if problems:
             raise one_error(problems)
-        self.inputs = LatestInputs(list(plan), io.max_observation_age_s, io.sync_tolerance_s,   # keyed by topic
-                                   control_period_s=self.period_s)
         # ~/status on a change of the inputs' state is published by the executor, never by the control thread
         self._status_changed = node.create_guard_condition(on_inputs_change, callback_group=group)
 
