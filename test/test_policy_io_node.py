@@ -305,7 +305,7 @@ def test_unsupported_encoding_is_refused_once_counted_and_reported(ros):
                     qos_profile_sensor_data, msg_type=Image)
     state = Feeder(ros.peer, "/bayer/state", lambda i: Float32MultiArray(data=[1.0, 2.0]))
     try:
-        wait_until(lambda: policy_io.rejected_messages >= 20, what="20 refused frames")
+        wait_until(lambda: policy_io.refusals.count >= 20, what="20 refused frames")
         status = policy_io.status()
     finally:
         camera.stop()
@@ -318,6 +318,51 @@ def test_unsupported_encoding_is_refused_once_counted_and_reported(ros):
     refusals = [m for m in errors if "/bayer/front refused" in m]
     assert len(refusals) == 1, errors                                 # logged once, not per frame
     assert len(errors) <= 2, errors                                   # + the one state change
+
+
+@pytest.mark.parametrize("frame, cause", [
+    (Image(height=8, width=8, encoding="rgb8", step=16, data=bytes(16 * 8)),
+     "rgb8 image 8x8: step 16 is shorter than one row of pixels (8 x 3 = 24 bytes)"),
+    (Image(height=8, width=7, encoding="yuyv", step=14, data=bytes(14 * 8)),
+     "yuyv packs two pixels in 4 bytes and needs an even width (got 7)"),
+    (Image(height=8, width=8, encoding="rgb8", step=24, data=bytes(24 * 7)),
+     "rgb8 image 8x8 with step 24 needs 192 bytes of data, got 168"),
+], ids=["step-shorter-than-a-row", "yuyv-odd-width", "data-too-short"])
+def test_a_malformed_frame_is_refused_at_receipt_while_idle_with_its_cause(ros, frame, cause):
+    """Frames the node cannot read used to pass as fresh while the node idled (status and InputsFresh said
+    fresh, nothing counted), were refused only inside a goal, then logged on every tick with a self-
+    contradicting text. Now: refused at receipt, counted, the idle status says error with the real cause."""
+    engine = _RecordingEngine()
+    states: list = []
+    policy_io, node = _camera_and_state_io(ros, "bad", engine, states, run_mode="goal")     # idle: no goal
+    camera = Feeder(ros.peer, "/bad/front", lambda i: frame, qos_profile_sensor_data, msg_type=Image)
+    state = Feeder(ros.peer, "/bad/state", lambda i: Float32MultiArray(data=[1.0, 2.0]))
+    try:
+        wait_until(lambda: policy_io.refusals.count >= 20 and policy_io.status()["inputs_state"] == "error",
+                   what="20 refused frames and the error on the idle status")
+        status = policy_io.status()
+    finally:
+        camera.stop()
+        state.stop()
+        policy_io.destroy()
+    assert not engine.seen
+    assert status["inputs_detail"] == f"input messages refused: /bad/front: {cause}", status["inputs_detail"]
+    refusals = [m for level, m in node.lines if level == "error" and m.startswith("input /bad/front")]
+    assert len(refusals) == 1, refusals                                # the first; repeats at most every 10 s
+
+
+def test_repeated_refusals_are_logged_once_then_at_most_every_period():
+    from flashrt_ros.robot_io.refusals import InputRefusals
+    lines: list[str] = []
+    refusals = InputRefusals(lines.append, period_s=10.0)
+    for t in range(25):                                                 # one bad frame a second
+        refusals.refuse("/cam", "bad step", now=float(t))
+    refusals.refuse("/cam", "odd width", now=25.0)                     # another cause: its own first line
+    assert refusals.count == 26 and refusals.reasons() == {"/cam": "odd width"}
+    assert len(lines) == 4 and "refused: bad step" in lines[0] and "odd width" in lines[3]
+    assert "(10 more since the last line)" in lines[1] and "(10 more since the last line)" in lines[2]
+    refusals.accepted("/cam")
+    assert refusals.reasons() == {}
 
 
 @pytest.mark.parametrize("fields, parameter", [
@@ -383,7 +428,7 @@ def test_a_state_array_of_the_wrong_length_is_refused_at_receipt_naming_the_size
     camera = Feeder(ros.peer, "/short/front", _rgb_frame, qos_profile_sensor_data, msg_type=Image)
     state = Feeder(ros.peer, "/short/state", lambda i: Float32MultiArray(data=[1.0, 2.0, 3.0]))
     try:
-        wait_until(lambda: policy_io.rejected_messages >= 5, what="refused state arrays")
+        wait_until(lambda: policy_io.refusals.count >= 5, what="refused state arrays")
         status = policy_io.status()
     finally:
         camera.stop()

@@ -40,6 +40,27 @@ def encoding_problem(encoding: str) -> str | None:
     return f"image encoding {encoding!r} is not supported; use one of {', '.join(ENCODINGS)}"
 
 
+def image_problem(height: int, width: int, step: int, encoding: str, nbytes: int) -> str | None:
+    """Why a raw ``sensor_msgs/Image`` cannot be decoded, or None: its encoding, size, step and data length,
+    checked at receipt (cheap: no pixel is read), each with its own cause."""
+    problem = encoding_problem(encoding)
+    if problem:
+        return problem
+    if height <= 0 or width <= 0:
+        return f"image has no pixels ({width}x{height})"
+    if encoding in _YUV422_ORDER and width % 2:
+        return f"{encoding} packs two pixels in 4 bytes and needs an even width (got {width})"
+    row = width * BYTES_PER_PIXEL[encoding]
+    step = step or row
+    if step < row:
+        return (f"{encoding} image {width}x{height}: step {step} is shorter than one row of pixels "
+                f"({width} x {BYTES_PER_PIXEL[encoding]} = {row} bytes)")
+    needed = step * (height - 1) + row
+    if nbytes < needed:
+        return f"{encoding} image {width}x{height} with step {step} needs {needed} bytes of data, got {nbytes}"
+    return None
+
+
 def compressed_format_problem(fmt: str) -> str | None:
     """Why a ``CompressedImage.format`` cannot be used, or None.
 
@@ -58,19 +79,12 @@ def compressed_format_problem(fmt: str) -> str | None:
 def decode(data: bytes | bytearray | memoryview | np.ndarray, height: int, width: int, step: int,
            encoding: str, bigendian: bool = False) -> np.ndarray:
     """A ``sensor_msgs/Image`` payload as a ``(height, width, 3)`` uint8 RGB array."""
-    problem = encoding_problem(encoding)
+    buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).ravel()
+    problem = image_problem(height, width, step, encoding, buf.size)
     if problem:
         raise InvalidArgument(problem)
-    if height <= 0 or width <= 0:
-        raise InvalidArgument(f"image has no pixels ({width}x{height})")
-    if encoding in _YUV422_ORDER and width % 2:
-        raise InvalidArgument(f"{encoding} needs an even width (got {width})")
     row = width * BYTES_PER_PIXEL[encoding]
     step = step or row
-    buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).ravel()
-    if step < row or buf.size < step * (height - 1) + row:
-        raise InvalidArgument(f"image of {width}x{height} {encoding} needs {step * height} bytes "
-                              f"with step {step}, got {buf.size}")
     if buf.size < step * height:          # a last row without padding is legal
         buf = np.concatenate([buf, np.zeros(step * height - buf.size, np.uint8)])
     rows = buf[: step * height].reshape(height, step)[:, :row]

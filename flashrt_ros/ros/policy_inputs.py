@@ -25,8 +25,8 @@ from std_msgs.msg import Float32MultiArray
 
 from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.models.policy_features import ENV_STATE, STATE, FeatureSpec
-from flashrt_ros.robot_io.images import (compressed_format_problem, compressed_image_feature,
-                                         encoding_problem, image_feature)
+from flashrt_ros.robot_io.images import (compressed_format_problem, compressed_image_feature, image_feature,
+                                         image_problem)
 from flashrt_ros.robot_io.joints import JointSelector, length_problem, state_from_array
 from flashrt_ros.runtime.errors import InvalidArgument
 
@@ -154,7 +154,7 @@ def _routes(io: RobotIOConfig, features: Mapping[str, FeatureSpec]) -> tuple[dic
             else:
                 plan[topic] = (Image, name, lambda m, shape=spec.shape: image_feature(
                     m.data, m.height, m.width, m.step, m.encoding, shape, bool(m.is_bigendian)),
-                    lambda m: encoding_problem(m.encoding))
+                    lambda m: image_problem(m.height, m.width, m.step, m.encoding, len(m.data)))
     served = [feature for _t, feature, _c, _p in plan.values()]
     twice = sorted({f for f in served if served.count(f) > 1})
     if twice:

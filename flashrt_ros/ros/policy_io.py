@@ -18,7 +18,8 @@ receipt time is the middleware's receive timestamp from the message info where
 rclpy offers it. A message whose encoding cannot be converted is refused at
 receipt (so is a JointState lacking a joint of ``input_joint_names``, or an
 array of the wrong length): counted (``rejected_messages`` on ``~/status``),
-logged once per topic and reason, and reported as ``inputs_state: error`` with
+logged the first time per topic and reason and then at most every 10 s
+(``robot_io.refusals``), and reported as ``inputs_state: error`` with
 the topic and why, the same text a waiting goal reports and, past its
 ``stale_timeout_s``, ends with (``INPUT_REJECTED``; ``robot_io.input_verdict``).
 
@@ -67,6 +68,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from flashrt_ros.interface.robot_io_params import RobotIOConfig
+from flashrt_ros.robot_io.refusals import InputRefusals
 from flashrt_ros.robot_io import input_verdict
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
@@ -96,14 +98,14 @@ class PolicyTopics:
         self.inputs_state, self.inputs_detail = "stale", "no message yet"
         self.goal: Any = None                   # a RunPolicy goal run (policy_action.GoalRun)
         self._lock = threading.Lock()           # goal admission vs. goal end
-        self.rejected_messages = 0
-        self._rejections: dict[str, str] = {}      # topic -> why its latest message was refused
+        self.refusals = InputRefusals(node.get_logger().error)       # refused input messages: count, why, log
         self._convert: dict[str, tuple[str, Callable[[Any], Any]]] = {}   # topic -> (feature, convert)
         self._subs: list[Any] = []
         # refuses inputs that cannot serve the policy, and outputs that cannot take its action, all
         # problems in one error; keyed by the resolved topic names, so that a stale input is named
         # as a user finds it (/robot1/flashrt/observation, not ~/observation)
         problems: list[str] = []
+        plan: dict[str, Any] = {}
         try:
             plan = {node.resolve_topic_name(topic): route
                     for topic, route in input_plan(io, engine.features).items()}
@@ -114,8 +116,9 @@ class PolicyTopics:
         except InvalidArgument as exc:
             problems.append(str(exc))
         try:
-            self.inputs = LatestInputs(list(plan), io.max_observation_age_s, io.sync_tolerance_s,   # keyed by topic
-                                       control_period_s=self.period_s, ceiling_s=io.max_observation_age_ceiling_s)
+            self.inputs = LatestInputs(list(plan) or ["(none)"], io.max_observation_age_s,   # keyed by topic
+                                       io.sync_tolerance_s, control_period_s=self.period_s,
+                                       ceiling_s=io.max_observation_age_ceiling_s)
         except ValueError as exc:
             problems.append(str(exc))
         if problems:
@@ -147,9 +150,9 @@ class PolicyTopics:
             received = receipt_time(info)
             reason = problem(msg)
             if reason:
-                self._reject(topic, reason)
+                self.refusals.refuse(topic, reason)
                 return
-            self._rejections.pop(topic, None)
+            self.refusals.accepted(topic)
             header = getattr(msg, "header", None)
             stamp = (header.stamp.sec + header.stamp.nanosec * 1e-9
                      if header is not None and (header.stamp.sec or header.stamp.nanosec) else None)
@@ -159,14 +162,6 @@ class PolicyTopics:
         if _MESSAGE_INFO:
             return lambda msg, info: receive(msg, info)
         return lambda msg: receive(msg)
-
-    def _reject(self, topic: str, reason: str) -> None:
-        """A message that cannot be converted: counted, logged once per topic and reason."""
-        self.rejected_messages += 1
-        if self._rejections.get(topic) != reason:
-            self._rejections[topic] = reason
-            self._node.get_logger().error(f"input {topic} refused: {reason} (counted in "
-                                          "rejected_messages on ~/status; logged once)")
 
     def _on_instruction(self, msg: Any) -> None:
         from flashrt_ros.engine.vla import set_instruction
@@ -261,7 +256,7 @@ class PolicyTopics:
             try:
                 observation[feature] = convert(values[topic])
             except InvalidArgument as exc:
-                self._reject(topic, str(exc))
+                self.refusals.refuse(topic, str(exc))
                 refused[topic] = str(exc)
         return observation, refused
 
@@ -269,7 +264,7 @@ class PolicyTopics:
         """The verdict on a take that may not step; None while it only waits for new samples."""
         if not take.stale:
             return None
-        return input_verdict.not_ready(take.stale, take.reason, dict(self._rejections))
+        return input_verdict.not_ready(take.stale, take.reason, self.refusals.reasons())
 
     def _set_inputs(self, verdict: InputVerdict, stepping: bool = False) -> None:
         """Record the inputs' verdict; log and publish ~/status only when it changes (an error
@@ -377,7 +372,7 @@ class PolicyTopics:
         limits = self.inputs.limits()
         out = {"paused": self.paused, "inputs_state": self.inputs_state, "inputs_detail": self.inputs_detail,
                "policy_steps": self.steps, "deadline_misses": self.deadline_misses,
-               "rejected_messages": self.rejected_messages,
+               "rejected_messages": self.refusals.count,
                "max_observation_age_s": round(max(limits.values()), 4),
                "input_age_limits_s": {topic: round(v, 4) for topic, v in limits.items()},
                "input_periods_s": {topic: round(v, 4) for topic, v in self.inputs.periods().items()}}
