@@ -268,3 +268,14 @@ def test_threads_the_control_thread_starts_do_not_inherit_its_priority():
     if str(seen["report"]).startswith("default"):
         pytest.skip(f"this machine permits neither SCHED_FIFO nor a negative nice: {seen['report']}")
     assert seen["child"] == (os.SCHED_OTHER, 0), seen
+
+
+def test_command_gaps_count_what_the_robot_sees_and_not_an_idle_loop():
+    from flashrt_ros.robot_io.command_stats import CommandGaps
+    gaps = CommandGaps()
+    for t in (0.0, 0.05, 0.10, 0.30, 0.35):          # one tick published nothing: a 200 ms gap
+        gaps.published(t)
+    gaps.idle()                                       # the goal ended: no gap until the next one's first command
+    gaps.published(10.0)
+    gaps.published(10.05)
+    assert gaps.max_ms == pytest.approx(200.0) and 50.0 <= gaps.p99_ms() <= 200.0

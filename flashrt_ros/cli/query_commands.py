@@ -15,7 +15,7 @@ def format_status(msg: Any) -> str:
               "boundary_id", "capsule_count", "arena_bytes", "live_bytes", "step_p50_ms", "step_p99_ms"]
     if msg.engine_kind == "policy":
         fields += ["inputs_state", "inputs_detail", "policy_steps", "deadline_misses",
-                   "rejected_messages", "replan_mode"]
+                   "rejected_messages", "control_overruns", "command_gap_max_ms", "command_gap_p99_ms", "replan_mode"]
         if msg.replan_mode not in ("", "sync"):          # plans beside the loop: their delay and fate
             fields += ["replan_delay_steps", "replan_chunk_steps", "replan_turnaround_p95_ms",
                        "replan_launched", "replan_merged", "replan_late", "replan_held", "replan_dropped"]

@@ -54,3 +54,29 @@ def summarize(receipts: Sequence[float], now: float, delays: Sequence[float] = (
     return StreamSummary(len(receipts), receipts[-1] - receipts[0], rate, percentile(gaps, 50),
                          percentile(gaps, 99), max(gaps, default=0.0), max(0.0, now - receipts[-1]),
                          percentile(stamped, 50) if stamped else None, max(stamped) if stamped else None)
+
+
+class CommandGaps:
+    """The gaps between the commands the control loop publishes while it steps, as the node reports them
+    (``command_gap_max_ms`` / ``command_gap_p99_ms`` on ``~/status``): a tick that published nothing during a goal
+    (stale inputs, a late plan) lengthens a gap; a loop that stops on purpose (no goal, paused) starts afresh."""
+
+    def __init__(self, keep: int = 1000) -> None:
+        from collections import deque
+        self._last: float | None = None
+        self.max_ms = 0.0
+        self._recent: deque[float] = deque(maxlen=keep)
+
+    def published(self, at_s: float) -> None:
+        if self._last is not None:
+            gap = (at_s - self._last) * 1e3
+            self.max_ms = max(self.max_ms, gap)
+            self._recent.append(gap)
+        self._last = at_s
+
+    def idle(self) -> None:
+        """The loop does not step on purpose: the next command opens no gap."""
+        self._last = None
+
+    def p99_ms(self) -> float:
+        return percentile(list(self._recent), 99) if self._recent else 0.0

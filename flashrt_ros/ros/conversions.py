@@ -105,13 +105,14 @@ def engine_status(status: Mapping[str, Any], lifecycle_state: str, stamp: Time) 
     msg = EngineStatus(stamp=stamp, lifecycle_state=lifecycle_state)
     for field, cast in (("engine_kind", str), ("model", str), ("device", str), ("session", str),
                         ("busy", bool), ("paused", bool), ("step_p50_ms", float), ("step_p99_ms", float),
+                        ("command_gap_max_ms", float), ("command_gap_p99_ms", float),
                         ("inputs_state", str), ("inputs_detail", str), ("goal_id", str),
                         ("goal_owner", str), ("goal_state", str)):
         if status.get(field) is not None:
             setattr(msg, field, cast(status[field]))
     for field in ("position", "boundary_id", "capsule_count", "arena_bytes", "live_bytes",
                   "device_bytes", "host_bytes", "disk_bytes", "policy_steps", "deadline_misses", "rejected_messages",
-                  "speculative_tokens", "drafted_tokens", "accepted_tokens"):
+                  "speculative_tokens", "drafted_tokens", "accepted_tokens", "control_overruns"):
         if status.get(field) is not None:
             setattr(msg, field, checked_int(status[field], _field_bounds(msg, field), f"status {field}"))
     _replan_fields(msg, status.get("replan") or {})

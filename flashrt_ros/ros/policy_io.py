@@ -68,6 +68,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from flashrt_ros.interface.robot_io_params import RobotIOConfig
+from flashrt_ros.robot_io.command_stats import CommandGaps
 from flashrt_ros.robot_io.refusals import InputRefusals
 from flashrt_ros.robot_io import input_verdict
 from flashrt_ros.robot_io.commands import command_values, trajectory_points
@@ -99,6 +100,7 @@ class PolicyTopics:
         self.goal: Any = None                   # a RunPolicy goal run (policy_action.GoalRun)
         self._lock = threading.Lock()           # goal admission vs. goal end
         self.refusals = InputRefusals(node.get_logger().error)       # refused input messages: count, why, log
+        self.gaps = CommandGaps()                                    # gaps between published commands
         self._convert: dict[str, tuple[str, Callable[[Any], Any]]] = {}   # topic -> (feature, convert)
         self._subs: list[Any] = []
         # refuses inputs that cannot serve the policy, and outputs that cannot take its action, all
@@ -223,6 +225,7 @@ class PolicyTopics:
                         self._publish_hold()
                 return
             if not may_step:                       # idle or paused: the inputs are fresh all the same
+                self.gaps.idle()
                 self._set_inputs(input_verdict.FRESH)
                 return
             observation, refused = self._observation(take.values)
@@ -236,6 +239,7 @@ class PolicyTopics:
                 action = self.engine.step(observation)
                 mark(4)
                 self._publish(action)
+                self.gaps.published(time.monotonic())
                 mark(5)
             except Exception as exc:  # noqa: BLE001 - a failing step must not stop the loop
                 self._set_inputs(input_verdict.step_failed(exc))   # logged once per reason
@@ -326,6 +330,7 @@ class PolicyTopics:
     def _publish_hold(self) -> None:
         try:
             self._publish(self._io.hold_command, planned=())
+            self.gaps.published(time.monotonic())
         except InvalidArgument as exc:
             self._node.get_logger().error(f"hold_command not published: {exc}",
                                           throttle_duration_sec=5.0)
@@ -372,7 +377,8 @@ class PolicyTopics:
         limits = self.inputs.limits()
         out = {"paused": self.paused, "inputs_state": self.inputs_state, "inputs_detail": self.inputs_detail,
                "policy_steps": self.steps, "deadline_misses": self.deadline_misses,
-               "rejected_messages": self.refusals.count,
+               "rejected_messages": self.refusals.count, "command_gap_max_ms": round(self.gaps.max_ms, 2),
+               "command_gap_p99_ms": round(self.gaps.p99_ms(), 2),
                "max_observation_age_s": round(max(limits.values()), 4),
                "input_age_limits_s": {topic: round(v, 4) for topic, v in limits.items()},
                "input_periods_s": {topic: round(v, 4) for topic, v in self.inputs.periods().items()}}
