@@ -279,3 +279,24 @@ def test_command_gaps_count_what_the_robot_sees_and_not_an_idle_loop():
     gaps.published(10.0)
     gaps.published(10.05)
     assert gaps.max_ms == pytest.approx(200.0) and 50.0 <= gaps.p99_ms() <= 200.0
+
+
+def test_a_bad_tick_is_reported_and_survived_but_system_exit_ends_the_loop():
+    import gc
+    errors: list[BaseException] = []
+    ticks: list[int] = []
+
+    def tick(_due: float) -> None:
+        ticks.append(1)
+        if len(ticks) == 2:
+            raise ValueError("a bad tick")
+        if len(ticks) == 4:
+            raise SystemExit(3)
+    loop = ControlThread(0.01, tick, priority=0, on_error=errors.append)
+    loop.start()
+    try:
+        wait_until(lambda: len(ticks) >= 4 and not loop._thread.is_alive(), 30, "the loop to end on SystemExit")
+    finally:
+        loop.stop()
+    assert [type(e) for e in errors] == [ValueError, SystemExit] and len(ticks) == 4   # reported, then ended
+    assert gc.get_freeze_count() == 0, "the loop's gc.freeze was not undone when it stopped"

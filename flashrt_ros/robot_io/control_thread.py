@@ -76,6 +76,7 @@ class _ProcessSettings:
             if self._holders == 0:
                 enabled, interval = self._saved
                 sys.setswitchinterval(interval)
+                gc.unfreeze()         # what the loop froze is collectable again (a node that deactivates)
                 if enabled:
                     gc.enable()
 
@@ -211,8 +212,11 @@ class ControlThread:
                 break
             try:
                 self._tick(due)
-            except BaseException as exc:  # noqa: BLE001 - the loop must outlive a bad tick
+            except Exception as exc:  # noqa: BLE001 - the loop outlives a bad tick (on_error logs it)
                 self._on_error(exc)
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt: reported, never swallowed
+                self._on_error(exc)
+                raise
             self.ticks += 1
             due += period
             now = time.monotonic()
