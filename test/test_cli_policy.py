@@ -11,6 +11,7 @@ from std_msgs.msg import Float32MultiArray
 
 from flashrt_ros.cli import EXIT_CANCELLED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from node_fixtures import ros_node  # noqa: F401 - fixture
+from waiting import wait_until
 from policy_io_harness import Feeder
 from rosproc import NodeUnderTest, ros_env, with_ctrl_c
 
@@ -52,6 +53,21 @@ def test_run_policy_prints_each_step_and_stops_at_max_steps(policy_node):
     steps = [line for line in r.stdout.splitlines() if line.startswith("step ")]
     assert [s.split(":")[0] for s in steps] == [f"step {i}" for i in range(1, 6)], r.stdout
     assert "5 steps, stop: max_steps" in r.stdout
+
+
+def test_run_policy_into_head_cancels_its_goal_and_exits_quietly(policy_node):
+    """``flashrt run-policy ... | head -3``: once head has its lines and closes the pipe, the next step's print
+    fails; the goal is cancelled (as for Ctrl-C) and the command exits 141 without a traceback or a message."""
+    env = ros_env()
+    shell = (f"{sys.executable} -m flashrt_ros.cli {' '.join(policy_node)} run-policy --max-duration 120 "
+             "| head -3; echo \"rc ${PIPESTATUS[0]}\"")
+    r = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, env=env, timeout=180)
+    lines = r.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:3]] == ["step 1", "step 2", "step 3"], r.stdout
+    assert lines[-1] == "rc 141", (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr and "interrupted" not in r.stderr, r.stderr
+    # the goal was cancelled before the command exited, so no goal is left running (the latched status says so)
+    wait_until(lambda: "no goal is running" in cli(*policy_node, "goals").stdout, 60, "the goal to be gone")
 
 
 def test_run_policy_needs_a_bound(policy_node):

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from flashrt_ros.cli.capsule_commands import BY_COMMAND, add_verb_command, call_verb
 from flashrt_ros.cli.diagnostics_command import add_diagnostics_parser, diagnostics_command
 from flashrt_ros.cli.exit_status import (EXIT_CANCELLED, EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK,
-                                         EXIT_TERMINATED, EXIT_UNREACHABLE, EXIT_USAGE, code_name,
+                                         EXIT_OUTPUT_CLOSED, EXIT_TERMINATED, EXIT_UNREACHABLE, EXIT_USAGE, code_name,
                                          interrupted_exit)
 from flashrt_ros.cli.goal_commands import (add_goal_command, cancel_command, generate_command, goals_command,
                                            run_policy_command)
@@ -139,8 +139,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(model=args.model, tokens=args.tokens)
         return _call(args)
     except KeyboardInterrupt as interrupt:
+        from flashrt_ros.client.core import OutputClosed
+        if isinstance(interrupt, OutputClosed):
+            return quiet_exit_on_closed_output()
         print("\ninterrupted", file=sys.stderr)
         return interrupted_exit(interrupt)
+
+
+def quiet_exit_on_closed_output() -> int:
+    """The reader of stdout went away (``| head``): nothing more to say; 141 = 128 + SIGPIPE, as a shell tool
+    killed by the closed pipe would report. stdout is pointed at /dev/null so Python's exit flush is silent."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_OUTPUT_CLOSED
 
 
 def lease_of(args: argparse.Namespace) -> float:

@@ -7,7 +7,7 @@ from flashrt_ros.interface.errors import code_name  # noqa: F401 - the names the
 #: exactly one of: completed (0), failed (1), cancelled by another client (4), interrupted (130, 143):
 #: a script can tell them apart without reading the output.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CANCELLED = 0, 1, 2, 3, 4
-EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_OUTPUT_CLOSED = 130, 143, 141
 EXIT_CODES = f"""exit status:
   {EXIT_OK}    success (a goal: completed, e.g. its --max-steps ran)
   {EXIT_FAILED}    the node answered success=false, rejected the goal, or ended it itself
@@ -19,7 +19,9 @@ EXIT_CODES = f"""exit status:
        before it completed
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a running generation, run-policy goal or tree is
        cancelled at its next committed boundary first
-  {EXIT_TERMINATED}  terminated (SIGTERM): the same orderly stop as Ctrl-C"""
+  {EXIT_TERMINATED}  terminated (SIGTERM): the same orderly stop as Ctrl-C
+  {EXIT_OUTPUT_CLOSED}  the reader of the output went away (run-policy | head): the same orderly stop,
+       silently"""
 
 
 def interrupted_exit(interrupt: BaseException) -> int:

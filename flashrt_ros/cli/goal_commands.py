@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from flashrt_ros.client.core import OutputClosed
 from flashrt_ros.cli.exit_status import (EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, code_name,
                                          interrupted_exit)
 from flashrt_ros.interface.actions import GENERATE, RUN_POLICY, ActionDecl
@@ -96,15 +97,20 @@ def run_policy_command(args: argparse.Namespace, client: Any) -> int:
         return EXIT_USAGE
 
     def step(feedback: Any) -> None:
-        if feedback.state == "waiting":                  # printed even with --quiet: it explains a stall
-            print(f"waiting {feedback.waiting_s:.1f} s after {feedback.steps} steps: {feedback.waiting_for}",
-                  flush=True)
-        elif not args.quiet:
-            action = ", ".join(f"{a:.4f}" for a in feedback.last_action)
-            print(f"step {feedback.steps}: [{action}]", flush=True)
+        try:
+            if feedback.state == "waiting":              # printed even with --quiet: it explains a stall
+                print(f"waiting {feedback.waiting_s:.1f} s after {feedback.steps} steps: {feedback.waiting_for}",
+                      flush=True)
+            elif not args.quiet:
+                action = ", ".join(f"{a:.4f}" for a in feedback.last_action)
+                print(f"step {feedback.steps}: [{action}]", flush=True)
+        except BrokenPipeError:                          # `run-policy | head`: stop (the goal is cancelled) quietly
+            client.request_stop()
 
     try:
         outcome = client.run_policy(feedback=step, wait_s=args.timeout, **goal_fields(RUN_POLICY, args))
+    except OutputClosed:
+        raise                                            # the goal is cancelled; main exits quietly
     except KeyboardInterrupt as interrupt:
         result = getattr(interrupt, "result", None)
         if result is None:

@@ -44,6 +44,11 @@ class ServiceCallError(RuntimeError):
         self.response = response
 
 
+class OutputClosed(KeyboardInterrupt):
+    """The reader of our output went away (``flashrt run-policy | head``): the same orderly stop as Ctrl-C
+    (a running goal is cancelled first), then a quiet exit (``request_stop``)."""
+
+
 class NodeGone(ServiceCallError):
     """The node died, froze or restarted while a call waited (``NODE_GONE``; ``client.node_watch``)."""
 
@@ -96,12 +101,17 @@ class ClientCore:
                 signal.signal(signum, handler)
             self._signal_pending = None
 
+    def request_stop(self) -> None:
+        """From a callback (a feedback printer whose pipe closed): stop at the next safe point, as Ctrl-C does,
+        raising ``OutputClosed``."""
+        self._signal_pending = signal.SIGPIPE
+
     def raise_if_interrupted(self) -> None:
-        """Raise the KeyboardInterrupt (``Terminated`` for SIGTERM) that ``sigint_at_safe_points``
-        deferred, if any: a safe point."""
+        """Raise the KeyboardInterrupt (``Terminated`` for SIGTERM, ``OutputClosed`` after ``request_stop``)
+        that ``sigint_at_safe_points`` deferred, if any: a safe point."""
         signum, self._signal_pending = self._signal_pending, None
         if signum is not None:
-            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+            raise {signal.SIGTERM: Terminated, signal.SIGPIPE: OutputClosed}.get(signum, KeyboardInterrupt)
 
     # --- the node's life -------------------------------------------------
     @property
