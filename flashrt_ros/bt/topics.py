@@ -17,28 +17,16 @@ must be advertised first.
 """
 from __future__ import annotations
 
-import importlib
 import operator
 import re
 import threading
 import time
 from typing import Any, Callable
 
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from flashrt_ros.interface.topic_types import TopicError, adapted_qos, message_class, normalise_type  # noqa: F401
 from flashrt_ros.interface.tree_nodes import COMPARISONS
-
-TOPIC_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE)
-
-
-def adapted_qos(publishers: list[Any]) -> QoSProfile:
-    """The subscription QoS that matches every publisher found (``TOPIC_QOS`` if none is)."""
-    if not publishers:
-        return TOPIC_QOS
-    reliable = all(p.qos_profile.reliability == ReliabilityPolicy.RELIABLE for p in publishers)
-    latched = all(p.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for p in publishers)
-    return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-                      durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = dict(zip(
     COMPARISONS, (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)))
@@ -49,29 +37,6 @@ SCALARS: dict[str, type] = {
     "std_msgs/msg/Float64": float, **{f"std_msgs/msg/{k}Int{n}": int for k in ("", "U") for n in (8, 16, 32, 64)}}
 ARRAYS = ("std_msgs/msg/Float32MultiArray", "std_msgs/msg/Float64MultiArray", "std_msgs/msg/Int32MultiArray",
           "std_msgs/msg/Int64MultiArray")
-
-
-class TopicError(ValueError):
-    """A topic, type, field or value a tree names that cannot be used (the message says why)."""
-
-
-def normalise_type(name: str) -> str:
-    """``std_msgs/Bool`` or ``std_msgs/msg/Bool`` -> ``std_msgs/msg/Bool``."""
-    parts = name.strip().split("/")
-    if len(parts) == 2:
-        parts = [parts[0], "msg", parts[1]]
-    if len(parts) != 3 or parts[1] != "msg" or not all(parts):
-        raise TopicError(f"message type {name!r}: write it as package/msg/Type (e.g. std_msgs/msg/Bool)")
-    return "/".join(parts)
-
-
-def message_class(type_name: str) -> type:
-    """The Python class of ``package/msg/Type``."""
-    package, _, name = normalise_type(type_name).split("/")
-    try:
-        return getattr(importlib.import_module(f"{package}.msg"), name)
-    except (ImportError, AttributeError) as exc:
-        raise TopicError(f"message type {type_name!r} is not installed here ({exc})") from None
 
 
 def parse_value(text: str, kind: type) -> Any:

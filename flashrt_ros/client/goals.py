@@ -101,9 +101,8 @@ class GoalCalls(ClientCore):
         self.leases = LeaseRenewer(self.node, self.namespace, lease_s)
         self._feedback_callbacks: dict[bytes, Callable[[Any], None]] = {}
         self._sent_goal_ids: dict[int, Any] = {}     # goal request future -> goal id, until answered
-        self._awaiting_acceptance: set[bytes] = set()
         self._listed: dict[bytes, tuple[Any, Any, Any, float]] = {}   # (client, id, stamp, first seen)
-        self._resends: dict[bytes, _Resend] = {}     # goals awaiting acceptance: how to send them again
+        self._resends: dict[bytes, _Resend] = {}     # the goals awaiting acceptance: how to send them again
         self._recovery_timer: Any = None
         self._cancel_clients: dict[str, Any] = {}    # action name -> its cancel_goal service client
         self._instances: dict[bytes, str] = {}       # goal id -> the node instance it was sent to (node_watch)
@@ -140,13 +139,11 @@ class GoalCalls(ClientCore):
         status topic if the reply was lost; to cancel it by id if neither comes)."""
         key = bytes(goal_id.uuid)
         self._sent_goal_ids[id(future)] = goal_id
-        self._awaiting_acceptance.add(key)
         if self._recovery_timer is None:
             self._recovery_timer = self.node.create_timer(ACCEPTANCE_GRACE_S / 4, self.recover_lost_acceptances)
 
         def answered(f: Future) -> None:
             self._sent_goal_ids.pop(id(f), None)
-            self._awaiting_acceptance.discard(key)
             self._listed.pop(key, None)
             self._resends.pop(key, None)
         future.add_done_callback(answered)
@@ -157,7 +154,7 @@ class GoalCalls(ClientCore):
         now = time.monotonic()
         for status in msg.status_list:
             key = bytes(status.goal_info.goal_id.uuid)
-            if key in self._awaiting_acceptance and key not in self._listed:
+            if key in self._resends and key not in self._listed:
                 self._listed[key] = (action_client, status.goal_info.goal_id, status.goal_info.stamp, now)
 
     def recover_lost_acceptances(self) -> None:
@@ -173,7 +170,7 @@ class GoalCalls(ClientCore):
                 resend = self._resends.get(key)
                 action_client.accept_from_status(goal_id, stamp, resend.future if resend else None)
         for key, resend in list(self._resends.items()):
-            if key not in self._awaiting_acceptance or key in self._listed or resend.future.done():
+            if key in self._listed or resend.future.done():
                 continue
             if resend.refusal is not None:
                 self._decide_refused_copy(resend, now)

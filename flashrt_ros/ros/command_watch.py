@@ -27,7 +27,7 @@ class CommandWatch:
         import rclpy
         from rclpy.signals import SignalHandlerOptions
 
-        from flashrt_ros.bt.topics import TopicError, adapted_qos, message_class
+        from flashrt_ros.interface.topic_types import TopicError, adapted_qos, message_class
         self.topic = topic
         self._context = rclpy.Context()
         rclpy.init(context=self._context, signal_handler_options=SignalHandlerOptions.NO)
