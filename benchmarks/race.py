@@ -316,9 +316,14 @@ def _speedups(result: dict[str, Any]) -> None:
 
 
 def failures(results: dict[str, dict]) -> list[str]:
-    """Why the run fails: one of our sides above the tolerance, or one that did not run."""
+    """Why the run fails: any side it reports above the tolerance (a LeRobot mode whose actions are off is no
+    baseline to be faster than), or one of ours that did not run."""
     out = []
     for name, r in results.items():
+        for side, v in r["sides"].items():
+            if side not in r.get("ours_sides", ["ours"]) and not v["first_chunk"]["passed"]:
+                out.append(f"{name}: {side}: actions differ from LeRobot eager fp32 by "
+                           f"{v['first_chunk']['max_rel']:.3e} (relative) > {r['tolerance_rel']:.0e}")
         for side in r.get("ours_sides", ["ours"]):
             ours = r["sides"].get(side)
             if ours is None:

@@ -67,7 +67,7 @@ def test_a_first_chunk_above_the_tolerance_fails_the_run(tmp_path: Path) -> None
     code, result, text = _run_policies(tmp_path, "--policies", "act", "--dtypes", "float32",
                                        "--lerobot-modes", "eager", "--tol-fp32", "-1")
     assert code == 1
-    assert result["failures"] and "act fp32: ours: actions differ" in result["failures"][0]
+    assert any("act fp32: ours: actions differ" in f for f in result["failures"]), result["failures"]
     assert "## Check failed" in text and "**FAIL**" in text
 
 
@@ -90,6 +90,16 @@ def test_failures_name_a_side_that_did_not_run() -> None:
     missing = {"sides": {}, "errors": {"ours": "RuntimeError: boom"}, "tolerance_rel": 1e-3}
     assert failures({"a": ok}) == []
     assert failures({"b": missing}) == ["b: ours did not run (RuntimeError: boom)"]
+
+
+def test_a_lerobot_side_beyond_the_tolerance_fails_the_run() -> None:
+    """A LeRobot mode whose actions are off (a compiled graph gone wrong) is no baseline to be faster than."""
+    good = {"passed": True, "max_rel": 0.0}
+    r = {"sides": {"ours": {"first_chunk": good},
+                   "LeRobot compiled (reduce-overhead)": {"first_chunk": {"passed": False, "max_rel": 0.3}}},
+         "errors": {}, "tolerance_rel": 1e-1}
+    assert failures({"act bf16": r}) == ["act bf16: LeRobot compiled (reduce-overhead): actions differ from LeRobot "
+                                          "eager fp32 by 3.000e-01 (relative) > 1e-01"]
 
 
 def test_every_side_of_ours_is_checked() -> None:
