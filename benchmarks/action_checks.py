@@ -12,9 +12,9 @@ Here:
   weights, for float32 sides; ``bfloat16-weights`` on the weights a bf16 side
   computes with (LeRobot's own bf16 cast, then widened back to float32), for
   bf16 sides. Casting the weights to bf16 changes the *function*: on π0 at the
-  published size it moves the actions by 2 % RMS by itself (``docs/benchmarks/
-  check_bounds.md``), the same for every bf16 side, which would swamp a kernel
-  bug of 1 %. Against the second reference a bf16 side shows only its
+  published size it moves the actions by 0.4 % RMS by itself on CPU
+  (``docs/benchmarks/check_bounds.md``), the same for every bf16 side, on top of
+  which a kernel bug of 1 % would hide. Against the second reference a bf16 side shows only its
   arithmetic. Both are also reported against ``float32`` (the model error the
   robot sees).
 * **Bounds per (side, dtype)**, ``BOUNDS``, on the relative RMS
