@@ -177,12 +177,12 @@ def test_an_interrupt_before_the_acceptance_arrives_cancels_the_goal(env, monkey
     before = node.log.read_text().count("s lease")
     real_wait, interrupted = client._wait, []
 
-    def interrupt_the_first_wait(future, timeout_s):
+    def interrupt_the_first_wait(future, timeout_s, *rest):
         if not interrupted:                   # the wait for the acceptance: the node runs the goal by now
             interrupted.append(future)
             goal_started(status, owner)
             raise KeyboardInterrupt
-        return real_wait(future, timeout_s)
+        return real_wait(future, timeout_s, *rest)
     monkeypatch.setattr(client, "_wait", interrupt_the_first_wait)
     with pytest.raises(KeyboardInterrupt) as caught:
         client.run_policy(max_steps=100000, owner=owner)
