@@ -13,33 +13,19 @@ everything else (CPU, a prefix's hundreds of rows: cuBLAS plus the row kernels o
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 
 from flashrt_ros.ops.fused_rows import gelu_gate, qkv_rope
-from flashrt_ros.ops.triton import use_triton
+from flashrt_ros.ops.triton import Switch, use_triton
 
 #: at most this many rows take the fused kernel (the tile holds them all)
 MAX_ROWS = 64
-_enabled = True
-
-
-@contextmanager
-def few_row_kernels(enabled: bool) -> Iterator[None]:
-    """Switch the fused few-row kernels on or off for the block (a benchmark compares both paths in one process;
-    graphs captured inside keep the path they were captured with)."""
-    global _enabled
-    previous, _enabled = _enabled, enabled
-    try:
-        yield
-    finally:
-        _enabled = previous
+#: the fused few-row kernels alone (a benchmark compares them with cuBLAS + the row kernels in one process)
+few_row_kernels = Switch()
 
 
 def _fused(x: torch.Tensor) -> bool:
-    return _enabled and use_triton(x) and x.shape[0] <= MAX_ROWS
+    return few_row_kernels.enabled and use_triton(x) and x.shape[0] <= MAX_ROWS
 
 
 def _weights(w: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:

@@ -23,7 +23,26 @@ from typing import Iterator
 
 import torch
 
-_enabled = True
+
+
+class Switch:
+    """A process-wide on/off for one family of kernels; ``with switch(False):`` turns it off for a block (a
+    benchmark compares both paths in one process). Graphs captured inside keep the path they were captured with."""
+
+    def __init__(self) -> None:
+        self.enabled = True
+
+    @contextmanager
+    def __call__(self, enabled: bool) -> Iterator[None]:
+        previous, self.enabled = self.enabled, enabled
+        try:
+            yield
+        finally:
+            self.enabled = previous
+
+
+#: every triton kernel of ``flashrt_ros.ops`` (``use_triton``)
+fast_kernels = Switch()
 
 
 @functools.cache
@@ -39,21 +58,7 @@ def triton_available() -> bool:
 
 def use_triton(x: torch.Tensor) -> bool:
     """Whether the fast path applies to tensors like ``x``: CUDA, triton importable, not switched off."""
-    return _enabled and x.is_cuda and triton_available()
-
-
-@contextmanager
-def fast_kernels(enabled: bool) -> Iterator[None]:
-    """Switch the triton path on or off for the block (benchmarks compare both in one process).
-
-    Graphs captured inside the block keep the path they were captured with.
-    """
-    global _enabled
-    previous, _enabled = _enabled, enabled
-    try:
-        yield
-    finally:
-        _enabled = previous
+    return fast_kernels.enabled and x.is_cuda and triton_available()
 
 
 def next_power_of_2(n: int) -> int:

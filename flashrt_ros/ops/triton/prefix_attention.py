@@ -26,63 +26,24 @@ _LOG2E = math.log2(math.e)
 
 
 @triton.jit
-def _prefix_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, valid_ptr, n_rows, qk_scale, stride_kt, stride_vt,
+def _prefix_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, valid_ptr, n_rows,
+                             qk_scale, stride_kt, stride_vt,
                              SUFFIX_START: tl.constexpr, SUFFIX_LEN: tl.constexpr, HEADS: tl.constexpr,
-                             STATE_ROWS: tl.constexpr,
-                             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             DOT_PRECISION: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < n_rows
-    query = rows // HEADS
-    cols = tl.arange(0, D)
-    keys = tl.arange(0, BLOCK_N)
-    q = tl.load(q_ptr + rows[:, None] * D + cols[None, :], mask=row_ok[:, None], other=0.0)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    valid = tl.load(valid_ptr).to(tl.int32)
-    # the prefix: every query sees its valid keys (static bounds, fixed per policy: the padding past ``valid``
-    # is a block or so, and triton's interpreter takes no loop bound read from memory)
-    for n in range(0, SUFFIX_START, BLOCK_N):
-        key = n + keys
-        live = (key < valid) & (key < SUFFIX_START)
-        k = tl.load(k_ptr + key[:, None] * stride_kt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
-        v = tl.load(v_ptr + key[:, None] * stride_vt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
-        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-        qk = tl.where(live[None, :], qk, float("-inf"))
-        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, qk, v, DOT_PRECISION)
-    for n in range(0, SUFFIX_LEN, BLOCK_N):                  # the suffix: the state rows' block rule
-        i = n + keys
-        live = i < SUFFIX_LEN
-        at = SUFFIX_START + i
-        k = tl.load(k_ptr + at[:, None] * stride_kt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
-        v = tl.load(v_ptr + at[:, None] * stride_vt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
-        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-        seen = live[None, :] & ((i[None, :] < STATE_ROWS) | (query[:, None] >= STATE_ROWS))
-        qk = tl.where(seen, qk, float("-inf"))
-        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, qk, v, DOT_PRECISION)
-    out = acc / l_i[:, None]
-    tl.store(o_ptr + rows[:, None] * D + cols[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-
-
-@triton.jit
-def _prefix_split_kernel(q_ptr, k_ptr, v_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, valid_ptr, n_rows, qk_scale,
-                         stride_kt, stride_vt,
-                         SUFFIX_START: tl.constexpr, SUFFIX_LEN: tl.constexpr, HEADS: tl.constexpr,
-                         STATE_ROWS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One (row tile, key slice ``[s * SPLIT, (s + 1) * SPLIT)``) of the prefix + suffix key index: the
-    unnormalised accumulator, row max (base 2) and row sum. A slice wholly in the prefix's padding writes
-    ``max = -inf`` (its accumulator is never read)."""
+                             STATE_ROWS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One (row tile, key slice ``[s * SPLIT, (s + 1) * SPLIT)``) of the prefix + suffix key index. One slice
+    (``NUM_SPLITS == 1``): the normalised output; several: the unnormalised accumulator, row max (base 2) and row
+    sum for ``_prefix_combine_kernel``, a slice wholly in the prefix's padding writing ``max = -inf`` only."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     split = tl.program_id(1)
     row_ok = rows < n_rows
     part = rows * NUM_SPLITS + split
     lo = split * SPLIT
     valid = tl.load(valid_ptr).to(tl.int32)
-    if (lo >= valid) & (lo + SPLIT <= SUFFIX_START):
-        tl.store(part_max_ptr + part, tl.full([BLOCK_M], float("-inf"), tl.float32), mask=row_ok)
-        return
+    if NUM_SPLITS > 1:
+        if (lo >= valid) & (lo + SPLIT <= SUFFIX_START):
+            tl.store(part_max_ptr + part, tl.full([BLOCK_M], float("-inf"), tl.float32), mask=row_ok)
+            return
     query = rows // HEADS
     cols = tl.arange(0, D)
     keys = tl.arange(0, BLOCK_N)
@@ -90,6 +51,8 @@ def _prefix_split_kernel(q_ptr, k_ptr, v_ptr, part_acc_ptr, part_max_ptr, part_s
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
+    # static bounds (fixed per policy: the padding past ``valid`` is a block or so, and triton's interpreter takes
+    # no loop bound read from memory)
     for n in range(0, SPLIT, BLOCK_N):
         key = lo + n + keys
         i = key - SUFFIX_START                        # the suffix row, where >= 0
@@ -98,12 +61,17 @@ def _prefix_split_kernel(q_ptr, k_ptr, v_ptr, part_acc_ptr, part_max_ptr, part_s
         k = tl.load(k_ptr + key[:, None] * stride_kt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
         v = tl.load(v_ptr + key[:, None] * stride_vt + cols[None, :], mask=live[:, None], other=0.0).to(q.dtype)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        # a prefix key: seen where valid; a suffix key: π0's state rows see only themselves
         seen = live[None, :] & (in_prefix[None, :] | (i[None, :] < STATE_ROWS) | (query[:, None] >= STATE_ROWS))
         qk = tl.where(seen, qk, float("-inf"))
         acc, m_i, l_i = _softmax_step(acc, m_i, l_i, qk, v, DOT_PRECISION)
-    tl.store(part_acc_ptr + part[:, None] * D + cols[None, :], acc, mask=row_ok[:, None])
-    tl.store(part_max_ptr + part, m_i, mask=row_ok)
-    tl.store(part_sum_ptr + part, l_i, mask=row_ok)
+    if NUM_SPLITS == 1:
+        tl.store(o_ptr + rows[:, None] * D + cols[None, :], (acc / l_i[:, None]).to(o_ptr.dtype.element_ty),
+                 mask=row_ok[:, None])
+    else:
+        tl.store(part_acc_ptr + part[:, None] * D + cols[None, :], acc, mask=row_ok[:, None])
+        tl.store(part_max_ptr + part, m_i, mask=row_ok)
+        tl.store(part_sum_ptr + part, l_i, mask=row_ok)
 
 
 @triton.jit
@@ -170,19 +138,23 @@ def prefix_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     fixed = dict(SUFFIX_START=suffix_start, SUFFIX_LEN=suffix_len, HEADS=H, STATE_ROWS=state_rows, D=D,
                  DOT_PRECISION=precision)
-    if len(config) == 4:
+    if len(config) == 4:                         # one pass: one slice of every key
         block_m, block_n, num_warps, num_stages = config
-        _prefix_attention_kernel[(triton.cdiv(rows, block_m),)](
-            q, keys, values, out, valid, rows, scale, keys.stride(0), values.stride(0),
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages, **fixed)
-        return out
-    block_m, block_n, split, num_warps, num_stages = config
+        split = triton.cdiv(n_keys, block_n) * block_n
+    else:
+        block_m, block_n, split, num_warps, num_stages = config
     n_splits = triton.cdiv(n_keys, split)
+    if n_splits == 1:                            # the output written at once, no partials to merge
+        _prefix_attention_kernel[(triton.cdiv(rows, block_m), 1)](
+            q, keys, values, out, out, out, out, valid, rows, scale, keys.stride(0), values.stride(0),
+            BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=triton.cdiv(n_keys, block_n) * block_n, NUM_SPLITS=1,
+            num_warps=num_warps, num_stages=num_stages, **fixed)
+        return out
     part_acc = torch.empty((rows, n_splits, D), dtype=torch.float32, device=q.device)
     part_max = torch.empty((rows, n_splits), dtype=torch.float32, device=q.device)
     part_sum = torch.empty((rows, n_splits), dtype=torch.float32, device=q.device)
-    _prefix_split_kernel[(triton.cdiv(rows, block_m), n_splits)](
-        q, keys, values, part_acc, part_max, part_sum, valid, rows, scale, keys.stride(0), values.stride(0),
+    _prefix_attention_kernel[(triton.cdiv(rows, block_m), n_splits)](
+        q, keys, values, out, part_acc, part_max, part_sum, valid, rows, scale, keys.stride(0), values.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split, NUM_SPLITS=n_splits, num_warps=num_warps,
         num_stages=num_stages, **fixed)
     block_r = 16
