@@ -35,7 +35,7 @@ if [ "$PART" = 1 ]; then
     | tee "$W/gpu_tests_kernels.txt"; save
   [ -f "$CKPT/bench_case.json" ] || timeout "$(left)" python3 -m benchmarks.pi0 --kind pi0 --cameras 2 --build "$CKPT" \
     2>&1 | tail -3 | tee -a "$W/pi0_race_log.txt"
-  timeout "$(( $(left) - 100 ))" "${RACE[@]}" --sides ours-fast,selftest-skip-layer,selftest-zero-head --profile 2>&1 \
+  timeout "$(( $(left) - 100 ))" "${RACE[@]}" --sides ours-fast,selftest-skip-layer,selftest-zero-head,ours-fp8 --profile 2>&1 \
     | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
   timeout "$(left)" python3 -m benchmarks.pi0_replan --kind pi0 --cameras 2 --forms baseline,split,rows \
     --json "$W/pi0_replan.json" 2>&1 | tee "$W/pi0_replan.txt"; save

@@ -6,8 +6,10 @@ One replan (10 flow steps, one chunk) from the same observation and noise for:
 * A ``exact`` float32 (the function);
 * B ``exact`` float32 on the weights rounded to bf16 (what a bf16 side computes with: the reference of bf16 sides);
 * C ``exact`` bf16, D ``fast`` bf16 (the sides the bounds judge);
-* E-G ``fast`` bf16 deliberately broken: the expert's middle layer skipped; head 0 of that layer's attention
-  output zeroed; head 0 of the language model's middle layer zeroed.
+* the ``fast`` bf16 forms deliberately broken: the expert's middle layer skipped; head 0 of that layer's
+  attention output zeroed; head 0 of the language model's middle layer zeroed;
+* E ``fp8``: ``fast`` with the language model's and the expert's products on float8 weights (the widened weights
+  on this CPU: the function a GPU computes).
 
 Each against A and B: relative RMS ``||x - ref|| / ||ref||`` and relative max ``max|x - ref| / max|ref|``. A
 bound for bf16 sides sits above C / D against B and below E-G. Takes ~4 minutes and ~15 GB of memory on 2 cores:
@@ -67,6 +69,12 @@ def measure(kind: str, smoke: bool) -> dict:
         undo = apply()
         chunks[f"{name} (fast bf16)"] = chunk(policy, obs)
         undo()
+    del policy
+    fp8 = build(kind, 2, "cpu", smoke)                 # the same seed: the same weights, then float8 products
+    fp8.cast(torch.bfloat16)
+    fp8.use_numerics("fp8")
+    fp8.fast.attention = "kernel"
+    chunks["E fp8 (bf16 activations)"] = chunk(fp8, obs)
     a, b = chunks["A exact float32"], chunks["B exact float32, bf16-rounded weights"]
 
     def rel(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:

@@ -15,7 +15,7 @@ at 224 x 224, an 8-D state and a 7-D action.
   ``sample_actions``, mode ``--compile-mode``, default ``reduce-overhead``), warmed
   up until an episode compiles nothing (as the race); the first episode, compile
   included, is reported apart;
-* ours-fast / ours-exact: ``PolicyEngine.step`` with ``cuda_graph=True`` (replan,
+* ours-fast / ours-fp8 / ours-exact: ``PolicyEngine.step`` with ``cuda_graph=True`` (replan,
   pop, redraw and replan-from-context graphs), the networks in the same dtype, in
   each numerics (``docs/policies.md``); ``--profile`` adds the replan's kernel
   table and stage times (``benchmarks.pi_profile``).
@@ -77,7 +77,7 @@ from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
 TASK = "pick up the red cube and put it in the box"
 OTHER_TASK = "open the drawer"
-SIDES = ("ours-fast", "ours-exact", "lerobot", "compiled")
+SIDES = ("ours-fast", "ours-fp8", "ours-exact", "lerobot", "compiled")
 #: deliberately broken forms of ours-fast (``benchmarks.pi0_selftests``): each must fail ours-fast's bound
 SELF_TEST_SIDES = ("selftest-skip-layer", "selftest-zero-head")
 
@@ -164,7 +164,7 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
         memory["start_gib"] = torch.cuda.memory_allocated() / gib      # > 0: the figures below include it
     t0 = time.perf_counter()
     policy = load_lerobot_policy(directory, dtype=dtype, numerics=numerics)
-    if numerics == "fast":
+    if numerics != "exact":
         policy.fast.attention = args.attention
     if selftest:
         from benchmarks.pi0_selftests import break_policy
@@ -328,7 +328,7 @@ def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, r in sorted(rows.items()):
         kind, cameras, dtype = key.split("|")
-        for side in ("ours-fast", "ours-exact"):
+        for side in ("ours-fast", "ours-fp8", "ours-exact"):
             o = r.get(side)
             if not o or "error" in o:
                 continue
@@ -338,7 +338,7 @@ def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
                          f"{o['capsule']['snapshot_ms']:.3f} / {o['capsule']['restore_ms']:.3f} | "
                          f"{m.get('weights_gib', nan):.2f} / {m.get('engine_gib', nan):.2f} / {m.get('peak_gib', nan):.2f}"
                          f" | {o.get('load_s', nan):.0f} / {o.get('capture_s', nan):.1f} |")
-    profiled = [(k, side, r[side]) for k, r in sorted(rows.items()) for side in ("ours-fast", "ours-exact")
+    profiled = [(k, side, r[side]) for k, r in sorted(rows.items()) for side in ("ours-fast", "ours-fp8", "ours-exact")
                 if isinstance(r.get(side), dict) and "kernels" in r[side]]
     if profiled:
         lines += ["", "## One replan taken apart (graphs off for the kernel count; each stage captured on its own "
@@ -435,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
             row = rows.setdefault(key, {})           # a split run adds its sides to the row
             row.pop("reference", None)               # (older files kept the reference as a side)
             for side in sides:
+                if side == "ours-fp8" and dtype_name != "bfloat16":
+                    continue                                    # float8 weights run on bf16 activations
                 if side.startswith("ours-") or side in SELF_TEST_SIDES:
                     numerics = side[len("ours-"):] if side.startswith("ours-") else "fast"
                     try:

@@ -46,7 +46,7 @@ def kernel_table(policy, observation: dict, top: int = 15) -> dict:
 
 def stage_times(policy, observation: dict) -> dict:
     """Device ms of each stage of a ``fast`` plan, each captured and replayed on its own."""
-    if getattr(policy, "numerics", "exact") != "fast":
+    if getattr(policy, "numerics", "exact") == "exact":
         return {}
     engine = PolicyEngine(policy, device="cuda", cuda_graph=False)
     try:

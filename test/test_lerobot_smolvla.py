@@ -147,6 +147,8 @@ def test_policy_instruction_parameter_starts_every_episode(tmp_path, vlm_dir):
     assert p.numerics == "exact"                                        # 'auto' on the CPU
     assert build_engine(SimpleNamespace(**{**vars(config), "numerics": "fast"}),
                         log=lambda _: None).policy.numerics == "fast"
+    with pytest.raises(InvalidArgument, match="SmolVLAPolicy has no float8 weights"):     # π0 / π0.5 only
+        build_engine(SimpleNamespace(**{**vars(config), "numerics": "fp8"}), log=lambda _: None)
     ids = p.instruction_ids(TASK)
     assert engine.arena[p.LANG][: len(ids)].tolist() == ids and int(engine.arena[p.LANG_LEN]) == len(ids)
     set_instruction(engine, "put the cube in the box")

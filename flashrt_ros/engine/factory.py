@@ -117,7 +117,7 @@ def build_engine(config: Any, log: Callable[[str], None] = print, *,
             from flashrt_ros.models.lerobot import default_numerics
             numerics = default_numerics(device)
         policy = make_policy(config.policy, policy_dtype, numerics)
-        fast = getattr(policy, "fast", None) if getattr(policy, "numerics", "") == "fast" else None
+        fast = getattr(policy, "fast", None) if getattr(policy, "numerics", "exact") != "exact" else None
         if fast is not None and hasattr(fast, "attention"):
             fast.attention = getattr(config, "vla_attention", "sdpa")     # π0 / π0.5 (read at every plan)
         if config.policy_instruction:

@@ -30,8 +30,10 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (SmolVLA, π0, π0.5): "
              "'exact' (LeRobot's operations, bit-identical to it on CPU; for parity checks and debugging), 'fast' (the "
              "same plan and state in fused kernels: folded norms, fused projections, SDPA; equal to 'exact' "
-             "within rounding), 'auto' (fast on CUDA, exact on CPU). Other policies ignore it.", True,
-             choices=("auto", "exact", "fast")),
+             "within rounding), 'fp8' (π0 / π0.5: 'fast' with the language model's and the expert's weights in "
+             "float8 E4M3, a scale per output row: half their memory; run with dtype bfloat16; refused by other "
+             "policies), 'auto' (fast on CUDA, exact on CPU). Other policies ignore exact / fast.", True,
+             choices=("auto", "exact", "fast", "fp8")),
     ParamDef("vla_attention", "sdpa", "Attention of π0 / π0.5 in the 'fast' numerics: 'sdpa' (PyTorch's "
              "memory-efficient kernel under an explicit mask) or 'kernel' (one triton kernel that derives the mask "
              "from the key index and splits the expert's keys over programs; docs/benchmarks/pi0_fast.md). "

@@ -8,13 +8,16 @@ kernel per product. The torch expressions here are the reference and the path fo
 everything else (CPU, a prefix's hundreds of rows: cuBLAS plus the row kernels of
 ``ops.fused_rows``).
 
-``scale``: the weights are float8 (E4M3) with one float32 scale per output column
-(``ops.fp8_weights``); the reference widens them first.
+``scale``: the weights are float8 (E4M3) with one float32 scale per output row
+(``ops.fp8``): few rows take the fused kernel (weight-only FP8), more rows the scaled
+matmul of ``ops.fp8.fp8_linear`` (activations quantised per row too); a CPU computes the
+same functions with widened operands.
 """
 from __future__ import annotations
 
 import torch
 
+from flashrt_ros.ops.fp8 import fp8_linear, weight_only_linear
 from flashrt_ros.ops.fused_rows import gelu_gate, qkv_rope
 from flashrt_ros.ops.triton import Switch, use_triton
 
@@ -28,10 +31,12 @@ def _fused(x: torch.Tensor) -> bool:
     return few_row_kernels.enabled and use_triton(x) and x.shape[0] <= MAX_ROWS
 
 
-def _weights(w: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+def _product(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """``x @ w.T``; with float8 weights what the GPU computes for these rows (``ops.fp8``): few rows weight-only
+    (the fused kernel's function), more rows the scaled product with the activations quantised too."""
     if scale is None:
-        return w
-    return (w.float() * scale.float()[:, None]).to(dtype)
+        return x @ w.t()
+    return weight_only_linear(x, w, scale) if x.shape[0] <= MAX_ROWS else fp8_linear(x, w, scale)
 
 
 def matmul_rows(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
@@ -40,8 +45,10 @@ def matmul_rows(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | No
     if _fused(x):
         from flashrt_ros.ops.triton.rows_matmul import rows_matmul
         return rows_matmul(x, w, residual=residual, scale=scale)
-    w = _weights(w, scale, x.dtype)
-    return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
+    if scale is None:
+        return x @ w.t() if residual is None else torch.addmm(residual, x, w.t())
+    product = _product(x, w, scale)
+    return product if residual is None else residual + product
 
 
 def gelu_gate_rows(x: torch.Tensor, w: torch.Tensor, *, scale: torch.Tensor | None = None,
@@ -51,7 +58,7 @@ def gelu_gate_rows(x: torch.Tensor, w: torch.Tensor, *, scale: torch.Tensor | No
     if _fused(x):
         from flashrt_ros.ops.triton.rows_matmul import rows_gelu_gate
         return rows_gelu_gate(x, w, scale=scale, norm_eps=norm_eps)
-    product = x @ _weights(w, scale, x.dtype).t()
+    product = _product(x, w, scale)
     return gelu_gate(product) if norm_eps is None else gelu_gate(product, x=x, eps=norm_eps)
 
 
@@ -64,7 +71,7 @@ def qkv_rope_rows(x: torch.Tensor, w: torch.Tensor, cos: torch.Tensor, sin: torc
         rows_qkv_rope(x, w, cos, sin, heads, kv_heads, q_out, k_out, v_out, scale=scale, norm_eps=norm_eps,
                       valid=valid)
         return
-    product = x @ _weights(w, scale, x.dtype).t()
+    product = _product(x, w, scale)
     if norm_eps is None:
         qkv_rope(product, cos, sin, heads, kv_heads, q_out, k_out, v_out, valid=valid)
     else:

@@ -22,7 +22,7 @@ SUPPORTED_TYPES = ("act", "diffusion", "smolvla", "pi0", "pi05")
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-NUMERICS = ("exact", "fast")
+NUMERICS = ("exact", "fast", "fp8")
 
 
 def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32, numerics: str = "exact") -> PolicyModule:
@@ -30,8 +30,8 @@ def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32, nu
 
     ``dtype``: float32, or bfloat16 / float16 for the networks' weights (see ``cast_networks``).
     ``numerics``: ``exact`` or ``fast`` for the policies that have both (SmolVLA, π0 / π0.5:
-    ``use_numerics``);
-    the others have one arithmetic and accept either.
+    ``use_numerics``), ``fp8`` for π0 / π0.5 (``fast`` on float8 weights; refused elsewhere);
+    the others have one arithmetic and accept exact or fast.
     """
     if dtype not in (torch.float32, *LOW_PRECISION):
         raise InvalidArgument(f"dtype {dtype}: use torch.float32, torch.bfloat16 or torch.float16")
@@ -41,6 +41,9 @@ def load_lerobot_policy(path: str | Path, dtype: torch.dtype = torch.float32, nu
     policy = build_policy(ckpt)
     load_weights(policy, ckpt)
     policy = cast_networks(policy, dtype).eval().requires_grad_(False)
+    if numerics == "fp8" and not getattr(policy, "has_fp8", False):
+        raise InvalidArgument(f"numerics fp8: {type(policy).__name__} has no float8 weights (π0 and π0.5 have); "
+                              "use fast or exact")
     if hasattr(policy, "use_numerics"):
         policy.use_numerics(numerics)
     return policy

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashrt_ros.models.lerobot.pi0.gemma import GemmaLayer, GemmaSizes
+from flashrt_ros.ops.fp8 import quantize_weight
 from flashrt_ros.ops.fused_rows import residual_norm
 from flashrt_ros.ops.rows_matmul import gelu_gate_rows, matmul_rows, qkv_rope_rows
 
@@ -41,10 +42,16 @@ def _fold(weight: Tensor, norm_weight: Tensor) -> Tensor:
     return (weight.float() * (1.0 + norm_weight.float())[None, :]).to(weight.dtype)
 
 
-class FastGemmaLayer(nn.Module):
-    """One layer's fused weights; ``folded``: the two norms are plain RMSNorms folded into the products."""
+#: the products of a layer, by the name of their fused weight
+PRODUCTS = ("qkv", "o", "gate_up", "down")
 
-    def __init__(self, layer: GemmaLayer, folded: bool) -> None:
+
+class FastGemmaLayer(nn.Module):
+    """One layer's fused weights; ``folded``: the two norms are plain RMSNorms folded into the products;
+    ``fp8``: each product's weights in float8 E4M3 with a float32 scale per output row (``<name>_scale``; the norm
+    folded in first, so the scale covers it), else ``<name>_scale`` is None."""
+
+    def __init__(self, layer: GemmaLayer, folded: bool, fp8: bool = False) -> None:
         super().__init__()
         s: GemmaSizes = layer.sizes
         self.sizes, self.folded = s, folded
@@ -54,10 +61,11 @@ class FastGemmaLayer(nn.Module):
         if folded:
             qkv = _fold(qkv, layer.input_layernorm.weight)
             gate_up = _fold(gate_up, layer.post_attention_layernorm.weight)
-        self.qkv = nn.Parameter(qkv, requires_grad=False)
-        self.o = nn.Parameter(a.o_proj.weight.detach(), requires_grad=False)
-        self.gate_up = nn.Parameter(gate_up, requires_grad=False)
-        self.down = nn.Parameter(mlp.down_proj.weight.detach(), requires_grad=False)
+        weights = {"qkv": qkv, "o": a.o_proj.weight.detach(), "gate_up": gate_up, "down": mlp.down_proj.weight.detach()}
+        for name in PRODUCTS:
+            w, scale = quantize_weight(weights[name]) if fp8 else (weights[name], None)
+            setattr(self, name, nn.Parameter(w, requires_grad=False))
+            self.register_buffer(f"{name}_scale", scale)
 
     def project_qkv(self, x: Tensor, h: Tensor | None, cos: Tensor, sin: Tensor, k_dst: Tensor, v_dst: Tensor,
                     valid: Tensor | None = None) -> Tensor:
@@ -67,21 +75,23 @@ class FastGemmaLayer(nn.Module):
         q = torch.empty(x.shape[0], s.num_heads, s.head_dim, dtype=x.dtype, device=x.device)
         rows, eps = (x, s.rms_norm_eps) if h is None else (h, None)
         qkv_rope_rows(rows, self.qkv, cos, sin, s.num_heads, s.num_kv_heads, q, k_dst, v_dst, norm_eps=eps,
-                      valid=valid)
+                      valid=valid, scale=self.qkv_scale)
         return q
 
     def output(self, attn: Tensor, residual: Tensor | None = None) -> Tensor:
         """The attention's output product (``+ residual``)."""
-        return matmul_rows(attn, self.o, residual=residual)
+        return matmul_rows(attn, self.o, residual=residual, scale=self.o_scale)
 
     def gate_up_down(self, h: Tensor) -> Tensor:
         """The MLP on normalised rows ``h`` (adaRMS), without the residual (which is gated)."""
-        return matmul_rows(gelu_gate_rows(h, self.gate_up), self.down)
+        return matmul_rows(gelu_gate_rows(h, self.gate_up, scale=self.gate_up_scale), self.down,
+                           scale=self.down_scale)
 
     def folded_rest(self, x: Tensor, attn: Tensor) -> Tensor:
         """Output product (+ residual), then the MLP with its folded norm (+ residual)."""
         x = self.output(attn, residual=x)
-        return matmul_rows(gelu_gate_rows(x, self.gate_up, norm_eps=self.sizes.rms_norm_eps), self.down, residual=x)
+        gated = gelu_gate_rows(x, self.gate_up, norm_eps=self.sizes.rms_norm_eps, scale=self.gate_up_scale)
+        return matmul_rows(gated, self.down, residual=x, scale=self.down_scale)
 
 
 def single_key_head_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:

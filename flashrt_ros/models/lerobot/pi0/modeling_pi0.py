@@ -116,18 +116,28 @@ class PI0Policy(LanguageInstruction, PolicyModule):
         return {"type": "pi05" if self.cfg.pi05 else "pi0", "numerics": self.numerics, **jsonable(asdict(self.cfg))}
 
     #: ``exact``: LeRobot's arithmetic (bit-identical on CPU); ``fast``: the same plan in fused kernels
-    #: (``pi0_fast``), chosen once by ``use_numerics`` after the weights are loaded and cast
+    #: (``pi0_fast``); ``fp8``: ``fast`` on float8 weights; chosen once by ``use_numerics`` after the weights are
+    #: loaded and cast
     numerics = "exact"
 
     def use_numerics(self, numerics: str) -> None:
-        """Switch to ``fast`` (irreversible: its fused weights replace the unfused ones)."""
+        """Switch to ``fast``, or ``fp8`` (``fast`` with the language model's and the expert's products on float8
+        weights); irreversible: the fused weights replace the unfused ones."""
         if numerics == self.numerics:
             return
-        if numerics != "fast":
+        if numerics not in ("fast", "fp8") or self.numerics != "exact":
             raise InvalidArgument(f"π0: numerics {numerics!r} after {self.numerics!r}: choose it once, at load")
         from flashrt_ros.models.lerobot.pi0.pi0_fast import FastPi
-        self.fast = FastPi(self)
-        self.numerics = "fast"
+        self.fast = FastPi(self, fp8=numerics == "fp8")
+        self.numerics = numerics
+
+    #: ``numerics: fp8`` is available (``factory.load_lerobot_policy`` refuses it for other policies)
+    has_fp8 = True
+
+    @property
+    def fused(self) -> bool:
+        """The plan runs ``pi0_fast`` (``fast`` or ``fp8`` numerics)."""
+        return self.numerics != "exact"
 
     @property
     def dtype(self) -> torch.dtype:
@@ -234,7 +244,7 @@ class PI0Policy(LanguageInstruction, PolicyModule):
 
     def encode_observation(self, observation: Mapping[str, Tensor], arena: StateArena) -> None:
         """Each camera through the vision tower and projector into ``images``; the state into ``state``."""
-        if self.numerics == "fast":
+        if self.fused:
             return self.fast.encode(self, observation, arena)
         c, m = self.cfg, self.model
         vision = m.vision
@@ -258,7 +268,7 @@ class PI0Policy(LanguageInstruction, PolicyModule):
 
     def prefill_from_context(self, arena: StateArena) -> None:
         """The language model over the stored image tokens and the instruction: each layer's KV into the arena."""
-        if self.numerics == "fast":
+        if self.fused:
             return self.fast.prefill(self, arena)
         c, lm = self.cfg, self.model.language_model
         ids, length = self.language_tokens(arena)
@@ -284,7 +294,7 @@ class PI0Policy(LanguageInstruction, PolicyModule):
 
         ``guide``: Real-Time Chunking (LeRobot's ``RTCProcessor`` arithmetic, ``models.rtc``); ``ahead``: the
         actions after the queued ones (an async plan's)."""
-        if self.numerics == "fast":
+        if self.fused:
             return self.fast.denoise(self, arena, counter, guide, ahead)
         c, m = self.cfg, self.model
         x = normal(arena[self.RNG_SEED], counter, c.chunk_size * c.max_action_dim).view(c.chunk_size,

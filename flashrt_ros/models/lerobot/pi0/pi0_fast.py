@@ -20,7 +20,11 @@ length, the queue) but runs it as few, large kernels:
   in bf16 mode), the velocity and the Euler sum too.
 
 ``FastPi`` is built from a loaded, cast policy and takes its layers' weights
-(the unfused ones are dropped): a policy is in one numerics for its life.
+(the unfused ones are dropped): a policy is in one numerics for its life. With ``fp8`` the
+language model's and the expert's four products per layer keep their weights in float8 E4M3
+with a scale per output row (``ops.fp8``: the expert's few rows through the fused kernels,
+weight-only; the prefix's rows through the scaled matmul); the vision tower, the embeddings
+and the float32 products around the expert stay as they are.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.ops.fused_rows import residual_norm, rope_tables
 from flashrt_ros.ops.prefix_attention import prefix_attention
 from flashrt_ros.runtime.arena import StateArena
+from flashrt_ros.runtime.errors import InvalidArgument
 
 ALIGN = 16                      # SDPA's memory-efficient kernel wants key counts in multiples of 16
 #: how the attentions run: ``sdpa`` (SDPA's memory-efficient kernel under an additive mask; measured on an
@@ -51,10 +56,13 @@ ATTENTIONS = ("sdpa", "kernel")
 class FastPi(nn.Module):
     """The fused weights and precomputed tables of one π0 / π0.5 policy (see the module doc)."""
 
-    def __init__(self, policy, attention: str = "sdpa") -> None:
+    def __init__(self, policy, attention: str = "sdpa", fp8: bool = False) -> None:
         super().__init__()
         if attention not in ATTENTIONS:
             raise ValueError(f"attention {attention!r}: one of {ATTENTIONS}")
+        if fp8 and policy.dtype != torch.bfloat16:
+            raise InvalidArgument(f"π0 numerics fp8 runs on bfloat16 activations: load it with dtype bfloat16 "
+                                  f"(it is {policy.dtype})")
         c, m = policy.cfg, policy.model
         self.cfg, self.attention = c, attention
         lm, expert = m.language_model, m.expert
@@ -62,7 +70,7 @@ class FastPi(nn.Module):
             raise ValueError("the fast π path folds the query heads over one key head (Gemma 2B / 300M)")
         with torch.no_grad():
             self.vision = FastVisionModel(m.vision)
-            lm.layers = nn.ModuleList(FastGemmaLayer(layer, folded=True) for layer in lm.layers)
+            lm.layers = nn.ModuleList(FastGemmaLayer(layer, folded=True, fp8=fp8) for layer in lm.layers)
             expert_folded = not c.pi05
             expert_norm = expert.norm
             steps_cond = self._step_conditions(policy)
@@ -75,7 +83,8 @@ class FastPi(nn.Module):
             else:
                 self.register_buffer("final_scale", expert_norm.weight.detach().float().clone())
                 self._fold_action_time(m, steps_cond)
-            expert.layers = nn.ModuleList(FastGemmaLayer(layer, folded=expert_folded) for layer in expert.layers)
+            expert.layers = nn.ModuleList(FastGemmaLayer(layer, folded=expert_folded, fp8=fp8)
+                                          for layer in expert.layers)
             cos, sin = rope_tables(torch.arange(c.prefix_capacity), lm.inv_freq)
             self.register_buffer("prefix_cos", cos, persistent=False)
             self.register_buffer("prefix_sin", sin, persistent=False)
