@@ -60,6 +60,7 @@ def build(kind: str, cameras: int, device: str, smoke: bool):
                 p.normal_(0.0, 0.02)
     policy = policy.eval().requires_grad_(False)
     policy.cast(torch.bfloat16 if device == "cuda" else torch.float32)
+    policy.to(device)                     # the RoPE frequencies and tables are plain tensors, made on the CPU
     return policy
 
 
