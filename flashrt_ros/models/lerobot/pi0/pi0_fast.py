@@ -85,7 +85,7 @@ class FastPi(nn.Module):
                 self._fold_action_time(m, steps_cond)
             expert.layers = nn.ModuleList(FastGemmaLayer(layer, folded=expert_folded, fp8=fp8)
                                           for layer in expert.layers)
-            cos, sin = rope_tables(torch.arange(c.prefix_capacity), lm.inv_freq)
+            cos, sin = rope_tables(torch.arange(c.prefix_capacity, device=lm.inv_freq.device), lm.inv_freq)
             self.register_buffer("prefix_cos", cos, persistent=False)
             self.register_buffer("prefix_sin", sin, persistent=False)
 
