@@ -39,7 +39,7 @@ MAX_ROWS = 64
 Config = tuple[int, int, int, int]
 #: defaults by epilogue, until a device run picks better ones (``benchmarks.kernel_expert``)
 DEFAULT_CONFIGS: dict[str, Config] = {"residual": (16, 128, 4, 4), "store": (16, 128, 4, 4),
-                                      "gelu_gate": (16, 128, 4, 4), "qkv_rope": (16, 128, 4, 4)}
+                                      "gelu_gate": (32, 128, 4, 4), "qkv_rope": (16, 128, 4, 4)}
 _EPILOGUES = {"store": 0, "residual": 1, "gelu_gate": 2, "qkv_rope": 3}
 
 
