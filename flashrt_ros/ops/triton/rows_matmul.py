@@ -55,7 +55,8 @@ def _rows_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, res_ptr, cos_ptr, sin_
                         stride_v, eps,
                         EPILOGUE: tl.constexpr, NORM: tl.constexpr, W_SCALED: tl.constexpr, HAS_VALID: tl.constexpr,
                         HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HALF: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        DOT_PRECISION: tl.constexpr):
     """Output columns ``[pid * BLOCK_N, ...)`` (``gelu_gate``: of the gated output; ``qkv_rope``: of a head's
     first half, with their partners ``HALF`` further) for all rows. Two accumulators where the epilogue pairs
     columns: ``w`` rows ``c`` and ``c + shift``."""
@@ -85,11 +86,11 @@ def _rows_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, res_ptr, cos_ptr, sin_
             af = a.to(tl.float32)
             squares += tl.sum(af * af, 1)
         b = tl.load(w_ptr + cols[:, None] * K + kk[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-        acc = tl.dot(a, tl.trans(b.to(a.dtype)), acc)
+        acc = tl.dot(a, tl.trans(b.to(a.dtype)), acc, input_precision=DOT_PRECISION)
         if EPILOGUE >= 2:
             b2 = tl.load(w_ptr + (cols + shift)[:, None] * K + kk[None, :], mask=col_ok[:, None] & k_ok[None, :],
                          other=0.0)
-            acc2 = tl.dot(a, tl.trans(b2.to(a.dtype)), acc2)
+            acc2 = tl.dot(a, tl.trans(b2.to(a.dtype)), acc2, input_precision=DOT_PRECISION)
     if W_SCALED:
         acc = acc * tl.load(scale_ptr + cols, mask=col_ok, other=0.0)[None, :]
         if EPILOGUE >= 2:
@@ -156,7 +157,8 @@ def _launch(grid: int, x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | N
         float(norm_eps or 0.0),
         EPILOGUE=_EPILOGUES[epilogue], NORM=norm_eps is not None, W_SCALED=scale is not None,
         HAS_VALID=valid is not None, HEADS=heads, KV_HEADS=kv_heads, HALF=half,
-        BLOCK_M=MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages)
+        BLOCK_M=MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32")      # float32: exact products (no TF32)
 
 
 def rows_matmul(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | None = None,
