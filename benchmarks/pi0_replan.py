@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         result["forms"][name] = row
         print(f"[pi0_replan] {name}: {json.dumps(row)[:1500]}", flush=True)
         if args.json:
-            args.json.write_text(json.dumps(result, indent=1))
+            from benchmarks.provenance import provenance
+            args.json.write_text(json.dumps({**result, "provenance": provenance(device)}, indent=1, default=str))
     return 0
 
 
