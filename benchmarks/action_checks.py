@@ -67,6 +67,10 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("compiled", "float32"): Bound(1e-3, 3e-3, FLOAT32_REFERENCE, "inductor's fused float32 kernels"),
     ("ours-exact", "bfloat16"): Bound(1.5e-2, 5e-2, BF16_WEIGHTS_REFERENCE, _BF16_BASIS),
     ("ours-fast", "bfloat16"): Bound(1.5e-2, 5e-2, BF16_WEIGHTS_REFERENCE, _BF16_BASIS),
+    ("ours-fp8", "bfloat16"): Bound(0.2, 0.2, FLOAT32_REFERENCE,
+                                    "float8 weights change the function: 8.9e-2 RMS / 5.9e-2 max from float32 at the "
+                                    "published π0 size on CPU (check_power); the bound catches a broken float8 path "
+                                    "(a lost scale moves the actions by ~100 %), not a zeroed head"),
     ("lerobot", "bfloat16"): Bound(0.15, 0.2, BF16_WEIGHTS_REFERENCE,
                                    "LeRobot's bf16 arithmetic: 8.2e-2 RMS from the float32 reference (H100, 77d16a3)"),
     ("compiled", "bfloat16"): Bound(0.15, 0.2, BF16_WEIGHTS_REFERENCE, "as LeRobot eager bf16"),

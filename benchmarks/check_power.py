@@ -74,7 +74,7 @@ def measure(kind: str, smoke: bool) -> dict:
     fp8.cast(torch.bfloat16)
     fp8.use_numerics("fp8")
     fp8.fast.attention = "kernel"
-    chunks["E fp8 (bf16 activations)"] = chunk(fp8, obs)
+    chunks["E fp8 (float8 weights; the prefix's activations quantised too)"] = chunk(fp8, obs)
     a, b = chunks["A exact float32"], chunks["B exact float32, bf16-rounded weights"]
 
     def rel(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:

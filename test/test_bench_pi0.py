@@ -71,5 +71,8 @@ def test_every_side_has_a_declared_bound_and_bf16_sides_use_their_own_weights() 
     for side in pi0.SIDES + pi0.SELF_TEST_SIDES:
         for dtype in ("float32", "bfloat16"):
             bound = action_checks.bound_for(side, dtype)
+            if side == "ours-fp8":               # bf16 activations only; its float8 weights are not a bf16 cast
+                assert (bound is None) == (dtype == "float32") and (bound is None or bound.reference == "float32")
+                continue
             assert bound is not None and bound.rms > 0 and bound.max > 0, (side, dtype)
             assert bound.reference == ("float32" if dtype == "float32" else "bfloat16-weights")
