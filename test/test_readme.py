@@ -119,15 +119,17 @@ def quick_start(serve_text: str, client_text: str, home: Path, timeout: float) -
 
 @needs_bare_setup
 def test_robot_quick_start_runs_as_written(tmp_path):
-    from lerobot_reference import lerobot
-    lerobot()                                              # skips without the LeRobot reference
-    from benchmarks.policies import make_checkpoint
+    """Without LeRobot: the README's own make-checkpoint line writes the camera checkpoint (before the fake
+    sensors start, which read it), the serve block then finds it."""
     serve = block_with("flashrt serve --namespace /robot1")     # names taken from the README
     joints = re.search(r"input_joint_names:=\[(.*?)\]", serve).group(1).split(", ")
-    cameras = tuple(re.search(r"input_image_features:=\[(.*?)\]", serve).group(1).split(", "))
-    checkpoint = Path(re.search(r"CKPT=\$HOME/(\S+)", serve).group(1))
-    make_checkpoint("act", tmp_path / checkpoint, "smoke", cameras=cameras, hw=(24, 32),
-                    joints=len(joints))
+    cameras = re.search(r"input_image_features:=\[(.*?)\]", serve).group(1).split(", ")
+    make = next(line for line in serve.splitlines() if "flashrt make-checkpoint" in line)
+    assert f"--joints {len(joints)}" in make and f"--cameras {','.join(c.split('.')[-1] for c in cameras)}" in make
+    export = re.search(r"export CKPT=\S+", serve).group(0)
+    made = subprocess.run(["bash", "-euc", f"{export}; {make}"], cwd=REPO,
+                          env=ros_env(HOME=str(tmp_path)), capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0 and "wrote an ACT checkpoint" in made.stdout, made.stdout + made.stderr
     # no robot: the README's own fake-sensors block publishes what the checkpoint expects
     fake_log = tmp_path / "fake.log"
     fake = subprocess.Popen(["bash", "-c", block_with("fake-sensors --checkpoint")], cwd=REPO,

@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bt":
             from flashrt_ros.bt.run import run_tree
             return run_tree(args.tree, **bt_run_options(args))
-        if args.command in ("fake-sensors", "watch-commands"):
+        if args.command in ("fake-sensors", "watch-commands", "make-checkpoint"):
             return run_robot_tool(args)
         if args.command == "demo":
             from flashrt_ros.cli.demo import run_demo

@@ -1,10 +1,12 @@
-"""``flashrt fake-sensors`` and ``flashrt watch-commands``: a robot's two ends, without the robot.
+"""``flashrt fake-sensors``, ``flashrt watch-commands`` and ``flashrt make-checkpoint``: a robot's two ends and a
+policy, without the robot.
 
 Why: everyone without a robot at hand wrote these two scripts first. ``fake-sensors``
 publishes the inputs a checkpoint expects, on the topics the node's parameters name
 (``ros.fake_sensors``); ``watch-commands`` says how the commands arrive: rate, gaps,
-how old the latest is (``robot_io.command_stats``). Neither talks to the node's
-services: they work before it runs and whatever it does.
+how old the latest is (``robot_io.command_stats``); ``make-checkpoint`` writes a camera ACT
+checkpoint of seeded random weights (``models.lerobot.make_checkpoint``) for a first try. None
+talks to the node's services: they work before it runs and whatever it does.
 """
 from __future__ import annotations
 
@@ -51,10 +53,41 @@ def add_robot_tool_parsers(sub: Any) -> None:
                    help="stop after S seconds and print the summary (default: until Ctrl-C)")
 
 
+    s = sub.add_parser("make-checkpoint", help="write a LeRobot ACT checkpoint with cameras (seeded random weights, "
+                                               "no LeRobot needed) to try the robot quick start")
+    s.add_argument("directory", help="where to write it (a new or empty directory)")
+    s.add_argument("--joints", type=int, required=True, help="joints of observation.state and of the action")
+    s.add_argument("--cameras", required=True, metavar="NAMES",
+                   help="comma-separated camera features, e.g. top,wrist (observation.images.<name>)")
+    s.add_argument("--image-size", default="128x96", metavar="WxH", help="the cameras' frame size (default 128x96)")
+    s.add_argument("--seed", type=int, default=0, help="the weights' seed (default 0)")
+
+
 def run_robot_tool(args: argparse.Namespace) -> int:
     if args.command == "fake-sensors":
         return fake_sensors_command(args)
+    if args.command == "make-checkpoint":
+        return make_checkpoint_command(args)
     return watch_commands_command(args)
+
+
+def make_checkpoint_command(args: argparse.Namespace) -> int:
+    size = _image_size(args.image_size)
+    if size is None:
+        print(f"error: --image-size {args.image_size!r}: write it as WIDTHxHEIGHT, e.g. 128x96", file=sys.stderr)
+        return EXIT_USAGE
+    cameras = [c.strip() for c in args.cameras.split(",") if c.strip()]
+    cameras = [c if c.startswith("observation.images.") else f"observation.images.{c}" for c in cameras]
+    from flashrt_ros.models.lerobot.make_checkpoint import make_act_checkpoint
+    from flashrt_ros.runtime.errors import InvalidArgument
+    try:
+        directory = make_act_checkpoint(args.directory, args.joints, cameras, (size[1], size[0]), args.seed)
+    except InvalidArgument as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote an ACT checkpoint to {directory}: {args.joints} joints, cameras {', '.join(cameras)} "
+          f"({size[0]}x{size[1]}), seeded random weights (seed {args.seed}): it moves, it does no task")
+    return EXIT_OK
 
 
 # --- fake-sensors -------------------------------------------------------------------------------
