@@ -130,3 +130,21 @@ def test_fake_sensors_drive_a_checkpoint_node_and_watch_commands_sees_its_rate(t
     finally:
         stop(fake)
     assert "published" in fake_log.read_text()
+
+
+def test_make_checkpoint_writes_a_camera_act_that_loads_and_refuses_to_overwrite(tmp_path):
+    from flashrt_ros.models.lerobot.factory import load_lerobot_policy
+
+    def make(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "flashrt_ros.cli", "make-checkpoint", *args],
+                              capture_output=True, text=True, env=ros_env(), timeout=300)
+    r = make(str(tmp_path / "ck"), "--joints", "5", "--cameras", "top,wrist", "--image-size", "64x48")
+    assert r.returncode == 0 and "wrote an ACT checkpoint" in r.stdout, r.stdout + r.stderr
+    features = dict(load_lerobot_policy(tmp_path / "ck").input_features())
+    assert features == {"observation.state": FeatureSpec((5,), "state"),
+                        "observation.images.top": FeatureSpec((3, 48, 64), "image"),
+                        "observation.images.wrist": FeatureSpec((3, 48, 64), "image")}
+    again = make(str(tmp_path / "ck"), "--joints", "5", "--cameras", "top")
+    assert again.returncode == 2 and "exists and is not empty" in again.stderr
+    small = make(str(tmp_path / "small"), "--joints", "2", "--cameras", "top", "--image-size", "16x16")
+    assert small.returncode == 2 and "at least 32x32" in small.stderr and "Traceback" not in small.stderr
