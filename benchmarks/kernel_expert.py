@@ -16,7 +16,6 @@ import math
 import time
 
 import torch
-import torch.nn.functional as F
 
 from benchmarks.gpu_args import gpu_benchmark_args
 from benchmarks.timing import graph_ms

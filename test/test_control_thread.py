@@ -300,3 +300,61 @@ def test_a_bad_tick_is_reported_and_survived_but_system_exit_ends_the_loop():
         loop.stop()
     assert [type(e) for e in errors] == [ValueError, SystemExit] and len(ticks) == 4   # reported, then ended
     assert gc.get_freeze_count() == 0, "the loop's gc.freeze was not undone when it stopped"
+
+
+def test_replan_auto_that_chose_sync_switches_to_async_when_replans_cost_the_rate(tmp_path):
+    """``auto`` timed a quick replan on a quiet start and chose sync; in the run, replans take far longer (a busy
+    machine). After ``SWITCH_AFTER`` such replanning steps the engine plans beside the loop, at a boundary, and the
+    robot's commands go on from the same queue (before: sync for good, every replan a long command gap)."""
+    from flashrt_ros.engine.replan_choice import SWITCH_AFTER, ReplanWatch
+    policy = tiny_act(seed=1)
+    observations = episode_observations(policy, 64, seed=3)
+    engine = PolicyEngine(policy, directory=str(tmp_path / "s"),      # late plans waited for: no timing in the test
+                          replan=ReplanConfig(mode="auto", period_s=10.0, late="wait"))
+    try:
+        assert engine.replan_status()["mode"] == "sync" and engine.replan.may_switch    # a replan is quick here
+        watch = ReplanWatch(PERIOD_S)                   # ... against the 50 ms period the node runs at
+        slow, reason, i = [], None, 0
+        while reason is None:
+            replans = engine.next_step_replans()
+            engine.step(observations[i % len(observations)])
+            i += 1
+            took = 0.03 if replans else 0.001           # a replanning step over a quarter period: 30 ms > 12.5
+            slow += [took] if replans else []
+            reason = watch.observe(replans, took)
+        assert len(slow) == SWITCH_AFTER and "switched in the run" in reason
+        engine.capsules.snapshot("before_switch")
+        engine.switch_replan(reason)
+        status = engine.replan_status()
+        assert status["mode"] == "async" and status["chosen"] == reason
+        for _ in range(3 * policy.action_queue().refill):       # dry queues now refill beside the loop
+            assert engine.next_step_replans() is False
+            engine.step(observations[i % len(observations)])
+            i += 1
+        assert engine.counts["launched"] >= 2 and engine.counts["merged"] >= 2 and engine.counts["held"] == 0
+        engine.capsules.restore("before_switch")                # the same arena: capsules of before still fit
+    finally:
+        engine.close()
+    with pytest.raises(Exception, match="only replan auto that chose sync"):
+        PolicyEngine(tiny_act(seed=1), directory=str(tmp_path / "t")).switch_replan("by hand")
+
+
+def test_the_control_tick_switches_once_and_says_why():
+    """``PolicyTopics._watch_replans`` (the tick's part): the engine is switched once, with the watch's reason,
+    and the node log says so; a failed switch is logged and the loop goes on planning in the step."""
+    from flashrt_ros.engine.replan_choice import ReplanWatch
+    from flashrt_ros.ros.policy_io import PolicyTopics
+    lines, switched = [], []
+
+    class Log:
+        def warning(self, text):
+            lines.append(("warning", text))
+
+        def error(self, text):
+            lines.append(("error", text))
+    topics = SimpleNamespace(_replan_watch=ReplanWatch(PERIOD_S, switch_after=2), _node=SimpleNamespace(
+        get_logger=lambda: Log()), engine=SimpleNamespace(switch_replan=switched.append))
+    for replans, took in ((True, 0.03), (False, 0.2), (True, 0.001), (True, 0.04), (True, 0.05)):
+        PolicyTopics._watch_replans(topics, replans, took)
+    assert len(switched) == 1 and "30.0, 40.0 ms" in switched[0] and topics._replan_watch is None
+    assert lines == [("warning", f"replan {switched[0]}")]

@@ -72,6 +72,8 @@ class ReplanConfig:
     rtc_max_weight: float = 10.0  # RTCConfig.max_guidance_weight
     late: str = "hold"            # a plan not done when due: hold the last command (real time) | wait (exact)
     chosen: str = ""              # mode auto: what it resolved to and why (``replan_choice``)
+    may_switch: bool = False      # auto resolved to sync where async could run: the engine keeps room for a plan in
+                                  # flight and may switch in the run (``PolicyEngine.switch_replan``)
 
     def checked(self) -> "ReplanConfig":
         if self.mode not in MODES:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
@@ -95,8 +96,8 @@ class PolicyEngine:
             raise InvalidArgument(f"policy state buffers must be prefixed {STATE_PREFIX!r}: {bad}")
         self.policy = policy.to(self.device).eval()
         queue = policy.action_queue()
-        if self.replan.mode != "sync":
-            AsyncSchedule.check(policy, queue, self.replan.mode)
+        if self.replan.mode != "sync" or self.replan.may_switch:      # a plan in flight has its buffers
+            AsyncSchedule.check(policy, queue, "async" if self.replan.may_switch else self.replan.mode)
             specs = specs + pending_specs(specs, queue)
         self.arena = StateArena(specs + core_meta_specs(), self.device)
         self.fingerprint = compute_fingerprint(
@@ -151,6 +152,26 @@ class PolicyEngine:
                 torch.cuda.current_stream(self.device).synchronize()     # not the planner's stream
         self._latencies_ns.append(time.perf_counter_ns() - t0)
         return action
+
+    def switch_replan(self, chosen: str, *, timeout: float | None = None) -> None:
+        """From ``sync`` to planning beside the loop (``async``), at a committed boundary, for good: ``replan: auto``
+        when replanning in the step turned out to cost the control rate (``replan_choice.ReplanWatch``). The
+        queue and the state stay; the next dry queue is refilled by a plan launched beside the loop. ``chosen``
+        says why (``replan_status``). Refused for a policy that cannot plan beside the loop."""
+        if self.replan.mode != "sync" or not self.replan.may_switch:
+            raise InvalidArgument(f"switch_replan: replan is {self.replan.mode}" + (
+                "" if self.replan.mode != "sync" else " without room for a plan in flight (only replan auto "
+                                                      "that chose sync can switch)"))
+        cfg = replace(self.replan, mode="async", chosen=chosen, may_switch=False).checked()
+
+        def swap() -> None:
+            schedule = AsyncSchedule(self.bodies, self.store.ring, self.capsules.version, cfg,
+                                     cuda_graph=self.bodies.captured)
+            if schedule.planner is not None:
+                schedule.planner.capture()
+            previous, self.schedule, self.hooks.schedule, self.replan = self.schedule, schedule, schedule, cfg
+            previous.close()
+        self.gate.run_at_boundary(swap, timeout=self.capsules.timeout_s if timeout is None else timeout)
 
     @property
     def counts(self) -> dict[str, int]:

@@ -17,7 +17,12 @@ chosen and why.
 The replan is timed once, before the engine is built: the policy's replanning
 step, eager (not captured), on a scratch copy of its state, twice (the second
 counts: the first pays one-time set-up). Eager overestimates a captured replan,
-so the choice errs toward keeping the rate.
+so the choice errs toward keeping the rate. But one quiet measurement is not the
+running node (the same ACT timed 1.3 ms on one start and its replans ran 50-90 ms
+beside image decoding on another), so ``auto`` keeps watching: ``ReplanWatch``
+counts the replanning steps that take over a quarter period while the node runs,
+and after ``SWITCH_AFTER`` of them the node switches to ``async`` at a boundary
+(``PolicyEngine.switch_replan``), for good.
 """
 from __future__ import annotations
 
@@ -34,6 +39,8 @@ from flashrt_ros.runtime.errors import InvalidArgument
 
 #: plan beside the loop when a replan takes longer than this share of the control period
 SHARE_OF_PERIOD = 0.25
+#: ``auto`` that chose sync switches to async after this many replanning steps over that share, in the run
+SWITCH_AFTER = 3
 
 
 def time_replan(policy: PolicyModule, device: torch.device) -> float:
@@ -71,4 +78,23 @@ def choose_replan(policy: PolicyModule, device: torch.device, cfg: ReplanConfig,
                f"a quarter of the {1e3 * cfg.period_s:.1f} ms control period")
     if took > SHARE_OF_PERIOD * cfg.period_s:
         return replace(cfg, mode="async", chosen=f"auto: async ({verdict})")
-    return replace(sync, chosen=f"auto: sync ({verdict})")
+    return replace(cfg, mode="sync", chosen=f"auto: sync ({verdict})", may_switch=True)
+
+
+class ReplanWatch:
+    """``auto`` resolved to ``sync``: the replanning steps of the running loop, and when to plan beside it."""
+
+    def __init__(self, period_s: float, switch_after: int = SWITCH_AFTER) -> None:
+        self.period_s, self.switch_after = period_s, switch_after
+        self.slow: list[float] = []                  # ms of the replanning steps over the share, in order
+
+    def observe(self, replanned: bool | None, took_s: float) -> str | None:
+        """One step (``replanned``: it planned a chunk); the reason to switch to async once it is time, else None."""
+        if not replanned or took_s <= SHARE_OF_PERIOD * self.period_s:
+            return None
+        self.slow.append(1e3 * took_s)
+        if len(self.slow) < self.switch_after:
+            return None
+        return (f"auto: async (switched in the run: {len(self.slow)} replanning steps took "
+                f"{', '.join(f'{ms:.1f}' for ms in self.slow[-self.switch_after:])} ms, over a quarter of the "
+                f"{1e3 * self.period_s:.1f} ms control period)")

@@ -67,7 +67,8 @@ PARAMS: tuple[ParamDef, ...] = (
     CONTROL_RATE_HZ,
     ParamDef("replan", "auto", "How a chunking policy plans its next chunk: auto (async when a replan, timed "
              "on configure, takes over a quarter of a control period and the policy can plan beside the loop; else "
-             "sync; always sync with control_trigger inputs), sync (in the step that empties the queue: that "
+             "sync, switching to async for good once 3 replanning steps of the running loop took over a quarter "
+             "period (logged, and in status); always sync with control_trigger inputs), sync (in the step that empties the queue: that "
              "step waits for the network), async (beside the control loop, merged replan_delay_steps later; "
              "the control step only pops), rtc (async with Real-Time Chunking guidance toward the leftover of "
              "the current chunk; flow-matching policies: SmolVLA, π0, π0.5). docs/robot_io.md, 'Replanning "

@@ -58,25 +58,23 @@ import threading
 import time
 from typing import Any, Callable
 
-from builtin_interfaces.msg import Duration as DurationMsg
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.subscription import Subscription
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from std_msgs.msg import String
 
+from flashrt_ros.engine.replan_choice import ReplanWatch
 from flashrt_ros.interface.robot_io_params import RobotIOConfig
 from flashrt_ros.robot_io.command_stats import CommandGaps
 from flashrt_ros.robot_io.refusals import InputRefusals
 from flashrt_ros.robot_io import input_verdict
-from flashrt_ros.robot_io.commands import command_values, trajectory_points
 from flashrt_ros.robot_io.freshness import LatestInputs
 from flashrt_ros.robot_io.input_verdict import InputVerdict
 from flashrt_ros.ros.control_clock import ControlClock
-from flashrt_ros.ros.policy_inputs import (RELIABILITY, input_plan, input_qos, one_error, problems_of,
+from flashrt_ros.ros.policy_inputs import (input_plan, input_qos, one_error, problems_of,
                                           receipt_time)
+from flashrt_ros.ros.policy_outputs import command_publisher
 from flashrt_ros.runtime.errors import InvalidArgument
 
 #: rclpy passes the message info (with the middleware's receive time) to two-argument callbacks
@@ -101,6 +99,8 @@ class PolicyTopics:
         self._lock = threading.Lock()           # goal admission vs. goal end
         self.refusals = InputRefusals(node.get_logger().error)       # refused input messages: count, why, log
         self.gaps = CommandGaps()                                    # gaps between published commands
+        replan = getattr(engine, "replan", None)
+        self._replan_watch = (ReplanWatch(self.period_s) if getattr(replan, "may_switch", False) else None)
         self._convert: dict[str, tuple[str, Callable[[Any], Any]]] = {}   # topic -> (feature, convert)
         self._subs: list[Any] = []
         # refuses inputs that cannot serve the policy, and outputs that cannot take its action, all
@@ -114,7 +114,8 @@ class PolicyTopics:
         except InvalidArgument as exc:
             problems += problems_of(exc)
         try:
-            self._publish = self._make_publisher()
+            self._pub, self._publish = command_publisher(node, io, self.action_dim, self.period_s,
+                                                         engine.planned_actions)
         except InvalidArgument as exc:
             problems.append(str(exc))
         try:
@@ -236,11 +237,13 @@ class PolicyTopics:
                     self.goal.waiting(self.inputs_detail, "rejected")
                 return
             try:
+                replans, began = self.engine.next_step_replans(), time.perf_counter()
                 action = self.engine.step(observation)
                 mark(4)
                 self._publish(action)
                 self.gaps.published(time.monotonic())
                 mark(5)
+                self._watch_replans(replans, time.perf_counter() - began)
             except Exception as exc:  # noqa: BLE001 - a failing step must not stop the loop
                 self._set_inputs(input_verdict.step_failed(exc))   # logged once per reason
                 if self.goal is not None:
@@ -250,6 +253,20 @@ class PolicyTopics:
             self._set_inputs(input_verdict.FRESH, stepping=True)
             if self.goal is not None:
                 self.goal.stepped(action)
+
+    def _watch_replans(self, replanned: bool | None, took_s: float) -> None:
+        """``replan: auto`` that chose sync: switch to planning beside the loop once replanning steps cost the rate
+        (``engine.replan_choice.ReplanWatch``); here, between two steps, the switch runs at once."""
+        if self._replan_watch is None:
+            return
+        reason = self._replan_watch.observe(replanned, took_s)
+        if reason:
+            self._replan_watch = None
+            try:
+                self.engine.switch_replan(reason)
+                self._node.get_logger().warning(f"replan {reason}")
+            except Exception as exc:  # noqa: BLE001 - the loop goes on planning in the step
+                self._node.get_logger().error(f"replan auto could not switch to async: {exc}")
 
     def _observation(self, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         """The policy's observation from the taken messages, and ``{topic: why}`` for messages that
@@ -287,41 +304,6 @@ class PolicyTopics:
             self._status_changed.trigger()
 
     # --- outputs -------------------------------------------------------------------
-    def _make_publisher(self) -> Callable[[Any], None]:
-        io = self._io
-        qos = QoSProfile(depth=io.output_qos_depth, reliability=RELIABILITY[io.output_qos_reliability])
-        joints = list(io.output_joint_names)
-        kind = io.output_type
-        if kind in ("joint_state", "joint_trajectory") and not joints:
-            raise InvalidArgument(f"output_type {kind} needs output_joint_names")
-        n = len(joints) or self.action_dim
-        if n != self.action_dim:
-            raise InvalidArgument(f"output_joint_names names {n} joints but the policy's action has "
-                                  f"{self.action_dim} values")
-        msg_type = {"float32_array": Float32MultiArray, "float64_array": Float64MultiArray,
-                    "joint_state": JointState, "joint_trajectory": JointTrajectory}[kind]
-        pub = self._node.create_publisher(msg_type, io.output_topic, qos)
-        self._pub = pub
-        stamp = lambda: self._node.get_clock().now().to_msg()  # noqa: E731
-
-        def publish(action: Any, planned: Any = None) -> None:
-            values = command_values(action, n)
-            if kind in ("float32_array", "float64_array"):
-                pub.publish(msg_type(data=values))
-            elif kind == "joint_state":
-                msg = JointState(name=joints, position=values)
-                msg.header.stamp = stamp()
-                pub.publish(msg)
-            else:
-                if planned is None:
-                    planned = self.engine.planned_actions()
-                msg = JointTrajectory(joint_names=joints)
-                msg.header.stamp = stamp()
-                msg.points = [JointTrajectoryPoint(positions=p, time_from_start=_duration(t))
-                              for p, t in trajectory_points(action, planned, self.period_s)]
-                pub.publish(msg)
-        return publish
-
     def hold(self) -> None:
         """Publish ``hold_command`` once (a goal ended with nobody to decide: its client is gone)."""
         if self._io.hold_command:
@@ -393,8 +375,3 @@ class PolicyTopics:
         for sub in self._subs:
             self._node.destroy_subscription(sub)
         self._node.destroy_publisher(self._pub)
-
-
-def _duration(seconds: float) -> DurationMsg:
-    sec = int(seconds)
-    return DurationMsg(sec=sec, nanosec=int(round((seconds - sec) * 1e9)))
