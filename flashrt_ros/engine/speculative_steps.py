@@ -18,11 +18,16 @@ for its pending token. Stop ids and the token limit are step *inputs* (like the
 prefill feed buffer), the emitted tokens a step *output*: fixed buffers outside
 the arena.
 
-Randomness: a step at rng counter ``c`` draws its bonus token with the same
-stream indices a plain draw uses (``0 .. V-1``), its acceptance uniforms at
-``V .. V+k-1`` and draft ``j`` at ``(2+j)V ..``; the counter then advances by
-the number of emitted tokens (so greedy speculation leaves it where plain
-decoding would).
+Randomness: a verification at rng counter ``c`` draws its residual or bonus
+token with the stream indices a plain draw uses (``0 .. V-1``) and its
+acceptance uniforms at ``V .. V+k-1``; the counter then advances by the number
+of emitted tokens (so greedy speculation leaves it where plain decoding would),
+and only then are the next drafts drawn, draft ``j`` at ``(2+j)V ..`` of the
+advanced counter -- the counter of the verification that will judge them,
+whose own draws use other indices. Drafting before the advance reused the
+noise of the drafts just judged (after a plain step, both were drawn at the
+same counter): a new draft then tended to repeat an accepted one, and the
+output was biased (``test/test_speculative_sampling_power.py``).
 """
 from __future__ import annotations
 
@@ -161,8 +166,8 @@ class SpeculativeDecoding:
         a[POSITION].add_(last + 1)
         self.out[:-1].copy_(tokens)
         self.out[-1].copy_(last)
+        a[RNG_COUNTER].add_(last + 1)          # before drafting: see the module's "Randomness"
         self._propose(DraftStep(hidden, torch.cat((feed[:1], tokens)), start, last), greedy)
-        a[RNG_COUNTER].add_(last + 1)
 
     def _propose(self, step: DraftStep, greedy: bool) -> None:
         drafts, probs = self.drafter.propose(self.arena, step, self.tokens, self._chooser(greedy))
