@@ -9,7 +9,6 @@ runs the whole sequence at once; ours runs it incrementally over the arena.
 """
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
-from transformers.models.qwen3_next.modeling_qwen3_next import (
-    Qwen3NextDecoderLayer,
-    Qwen3NextRMSNorm,
-    Qwen3NextRotaryEmbedding,
-)
 
 from flashrt_ros.models.hybrid import HybridCausalLM, load_hybrid_checkpoint
+from hybrid_reference import ReferenceMTP
 from test_hybrid_parity import _hf_config as parity_config
 from flashrt_ros.runtime.arena import StateArena, core_meta_specs
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -38,32 +33,6 @@ def _hf_config(**overrides) -> Qwen3NextConfig:
     config = parity_config(**overrides)
     config._attn_implementation = "eager"
     return config
-
-
-class ReferenceMTP(nn.Module):
-    """The published MTP head from transformers' Qwen3-Next blocks (state-dict names = ``mtp.*`` minus the prefix)."""
-
-    def __init__(self, config: Qwen3NextConfig) -> None:
-        super().__init__()
-        layer_config = copy.deepcopy(config)
-        layer_config.num_hidden_layers, layer_config.layer_types = 1, ["full_attention"]
-        hidden, eps = config.hidden_size, config.rms_norm_eps
-        self.pre_fc_norm_embedding = Qwen3NextRMSNorm(hidden, eps)
-        self.pre_fc_norm_hidden = Qwen3NextRMSNorm(hidden, eps)
-        self.fc = nn.Linear(2 * hidden, hidden, bias=False)
-        self.layers = nn.ModuleList([Qwen3NextDecoderLayer(layer_config, 0)])
-        self.norm = Qwen3NextRMSNorm(hidden, eps)
-        self.rotary = Qwen3NextRotaryEmbedding(layer_config)
-
-    def forward(self, hidden: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
-        """``hidden, embeds [1, T, H]`` (rows p = 0..T-1) -> normed ``[1, T, H]``, causal over the rows."""
-        x = self.fc(torch.cat((self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)), dim=-1))
-        t = x.shape[1]
-        positions = torch.arange(t)[None]
-        mask = torch.full((t, t), float("-inf")).triu(1)[None, None]
-        x = self.layers[0](x, position_embeddings=self.rotary(x, positions), attention_mask=mask,
-                           position_ids=positions)
-        return self.norm(x)
 
 
 def _perturb_(module: nn.Module, seed: int) -> None:
