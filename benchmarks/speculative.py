@@ -321,6 +321,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             log("  " + ", ".join(f"{key}={row[key]:.3f}" if isinstance(row[key], float) else f"{key}={row[key]}"
                                  for key in ("mode", "k", "rate", "tokens_per_s", "speedup", "acceptance")
                                  if key in row))
+    if args.checkpoint is None and args.readout == "permutation":
+        notes.append("timing only: the permutation read-out makes the next token a fixed function of the current "
+                     "one, independent of every layer, so `tokens_match_plain` here would hold even with the "
+                     "rollback broken; token identity and its power are checked on the trained model by "
+                     "`python -m benchmarks.speculative_identity`")
+    if args.checkpoint is None and not args.no_mtp:
+        notes.append("the `mtp` rows draft with a seeded random head (acceptance ~0): they measure what drafting "
+                     "costs, not what the head buys; `--checkpoint test/data/tiny_hybrid_trained` measures a "
+                     "trained head's acceptance")
     if any(r.get("tokens_match_plain") is False for r in rows):
         notes.append("some speculative runs emitted other tokens than plain greedy decoding: a (k+1)-token "
                      "verification rounds differently from a one-token step, so a near-tie can go the other "
@@ -342,8 +351,8 @@ def render(result: dict[str, Any]) -> str:
              + ("placed so that accepted / drafted = rate" if result["rate_kind"] == "drafted" else
                 "each wrong with probability 1 - rate (the per-draft acceptance probability)")
              + "; `acceptance` is the measured accepted / drafted, `expected` what the wrong positions imply. "
-             "`mtp` rows: the model's MTP head drafts (random weights unless a checkpoint was given: then ~0 "
-             "acceptance, the row measures the cost of drafting).",
+             "`mtp` rows: the model's MTP head drafts (with seeded random weights, when no checkpoint was "
+             "given, its acceptance is ~0 and the row measures the cost of drafting).",
              "", "| context | mode | k | rate | tokens/s | speedup | acceptance | expected | tokens/step | "
              "step p50 ms | same tokens as plain |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 

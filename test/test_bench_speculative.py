@@ -35,3 +35,22 @@ def test_quick_run_controls_acceptance_and_matches_plain_decoding(tmp_path: Path
     assert result["provenance"]["git"]["commit"]
     text = (tmp_path / "speculative_cpu.md").read_text()
     assert "| 24 | oracle | 3 | 70% |" in text and "## Decode step vs the weight-read floor" in text
+
+
+def test_identity_check_on_the_trained_model_passes_and_catches_a_broken_rollback(tmp_path: Path) -> None:
+    """``benchmarks.speculative_identity`` (the device run of issue #57's token identity), small on CPU: every row
+    identical or a counted near-tie, and the same run's broken rollback changes prompts (else it exits 1)."""
+    from benchmarks import speculative_identity as identity
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert identity.main(["--device", "cpu", "--max-k", "2", "--prompts", "3", "--new-tokens", "32",
+                              "--out", str(tmp_path)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    result = json.loads((tmp_path / "speculative_identity_cpu.json").read_text())
+    (part,) = result["dtypes"]
+    verdicts = [r["verdict"] for r in part["rows"] if "verdict" in r]
+    assert len(verdicts) == 6 and set(verdicts) <= {"identical", "near-tie"}
+    assert part["broken_rollback_prompts_changed"] >= 2 and result["verdict"] == "pass"
+    assert all(r["acceptance"] > 0.2 for r in part["rows"] if "acceptance" in r)
