@@ -24,3 +24,13 @@ timeout "$(( $(left) < 90 ? $(left) : 90 ))" python3 -m benchmarks.speculative \
   --out "$W/trained" 2>&1 | tee "$W/trained.txt"; save
 timeout "$(left)" python3 -m benchmarks.speculative --tokens 1 2 3 4 --out "$W/real_size" 2>&1 \
   | tee "$W/real_size.txt"; save
+# 4. as time allows: where the plain decode step's time goes (item 4: the floor), graph vs host, kernels by kind
+timeout "$(( $(left) < 60 ? $(left) : 60 ))" python3 -m benchmarks.kernel_decode_overhead 2>&1 \
+  | tee "$W/decode_overhead.txt"; save
+timeout "$(left)" python3 - <<'PY' 2>&1 | tee "$W/decode_anatomy.txt"; save
+import json, torch
+from benchmarks.anatomy import forward_anatomy
+from benchmarks.models import build_hybrid
+pair = build_hybrid(torch.device("cuda"), torch.bfloat16, 0, quick=False)
+print(json.dumps(forward_anatomy(pair.ours, 2048, torch.device("cuda"), 1), indent=1, default=str))
+PY
