@@ -78,11 +78,11 @@ def make_checkpoint_command(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cameras = [c.strip() for c in args.cameras.split(",") if c.strip()]
     cameras = [c if c.startswith("observation.images.") else f"observation.images.{c}" for c in cameras]
-    from flashrt_ros.models.lerobot.make_checkpoint import make_act_checkpoint
-    from flashrt_ros.runtime.errors import InvalidArgument
+    from flashrt_ros.models.lerobot import make_checkpoint     # torch: only this command pays for it
     try:
-        directory = make_act_checkpoint(args.directory, args.joints, cameras, (size[1], size[0]), args.seed)
-    except InvalidArgument as exc:
+        directory = make_checkpoint.make_act_checkpoint(args.directory, args.joints, cameras, (size[1], size[0]),
+                                                        args.seed)
+    except make_checkpoint.InvalidArgument as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"wrote an ACT checkpoint to {directory}: {args.joints} joints, cameras {', '.join(cameras)} "

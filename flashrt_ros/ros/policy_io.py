@@ -115,7 +115,7 @@ class PolicyTopics:
             problems += problems_of(exc)
         try:
             self._pub, self._publish = command_publisher(node, io, self.action_dim, self.period_s,
-                                                         engine.planned_actions)
+                                                         lambda: self.engine.planned_actions())
         except InvalidArgument as exc:
             problems.append(str(exc))
         try:
@@ -237,7 +237,8 @@ class PolicyTopics:
                     self.goal.waiting(self.inputs_detail, "rejected")
                 return
             try:
-                replans, began = self.engine.next_step_replans(), time.perf_counter()
+                replans = self.engine.next_step_replans() if self._replan_watch is not None else None
+                began = time.perf_counter()
                 action = self.engine.step(observation)
                 mark(4)
                 self._publish(action)
