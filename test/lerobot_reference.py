@@ -72,8 +72,9 @@ def _skip_package_init(package: str) -> None:
 
     Why: ``lerobot.policies`` imports ``groot.configuration_groot``, and the
     ``groot`` package's ``__init__`` imports its model, which fails to build its
-    dataclasses against the transformers releases we pin. We never use GR00T;
-    its configuration module itself imports fine.
+    dataclasses against the transformers releases we pin. Its configuration and
+    its action head (``action_head/``) import fine; the whole GR00T policy is the
+    separate reference in ``groot_reference/`` (transformers 4.57).
     """
     if package in sys.modules:
         return
