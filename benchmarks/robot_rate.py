@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -221,7 +222,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             stop.wait(max(0.0, start + k * period - time.monotonic()))
 
     feeder = threading.Thread(target=sensors, daemon=True)
-    feeder.start()
+    driver_proc = None
+    if args.driver == "process":           # the sensors from a process of their own (benchmarks.sensor_driver)
+        import subprocess
+        driver_proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.sensor_driver", "--ns", ns,
+             "--cameras", ",".join(c.rsplit(".", 1)[-1] for c in cameras), "--joints", str(len(joints)),
+             "--size", str(width), str(height), "--rate", str(args.rate), "--priority", str(args.driver_priority),
+             "--stamps", str(work / "published.json")],
+            stdout=open(work / "driver.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    else:
+        feeder.start()
     try:
         deadline = time.monotonic() + args.start_timeout
         while not commands:
@@ -239,10 +250,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         window_end = time.monotonic()
     finally:
         stop.set()
-        feeder.join(5)
+        if driver_proc is not None:
+            driver_proc.send_signal(signal.SIGINT)
+            driver_proc.wait(30)
+            stamps = json.loads((work / "published.json").read_text())
+            published.extend(stamps["published"])
+            driver.append(f"process of its own, {stamps['priority']}")
+        else:
+            feeder.join(5)
         time.sleep(0.5)
         load_after = os.getloadavg()
-        import signal
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
             try:
@@ -312,7 +329,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "replan": args.replan, "replan_counts": replan_counts(diagnostics[-1]) if diagnostics else {},
         "control": {k: node_values[k] for k in ("control_priority", "control_overruns", "control_gc_max_ms",
                                                  "input_periods_s") if k in node_values},
-        "driver_priority": driver[0] if driver else "default",
+        "driver": args.driver, "driver_priority": driver[0] if driver else "default",
         "torch_threads": args.torch_threads or "default", "load_avg_before": load_before, "load_avg_after": load_after, "cpus": os.cpu_count(),
         "node_log": str(log_path), "stalls": stalls,
     }
@@ -352,7 +369,7 @@ def markdown(r: dict[str, Any]) -> str:
          or "-"),
         ("machine", f"{r['cpus']} CPUs, load average {r['load_avg_before'][0]:.1f} before, "
                     f"{r['load_avg_after'][0]:.1f} after (1 min); node torch threads "
-                    f"{r['torch_threads']}; this process's sensor thread {r.get('driver_priority', 'default')}"),
+                    f"{r['torch_threads']}; sensor driver {r.get('driver_priority', 'default')}"),
     ]
     return "\n".join(["| quantity | value |", "| --- | --- |"] + [f"| {a} | {b} |" for a, b in rows])
 
@@ -385,9 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replan", choices=("default", "auto", "sync", "async", "rtc"), default="default",
                    help="the node's replan parameter (default: not set, the node's default: auto)")
     p.add_argument("--smoke", action="store_true", help="a tiny built ACT (checks the script runs)")
+    p.add_argument("--driver", choices=("process", "thread"), default="process",
+                   help="publish the sensors from a process of their own (benchmarks.sensor_driver; default), or "
+                        "from a thread of this measuring process (the runs before issue #55's)")
     p.add_argument("--driver-priority", type=int, default=0,
-                   help="run this process's sensor publisher at SCHED_FIFO N (and its other threads at nice -10), "
-                        "as a real-time driver: its own lateness then stops the node less (0: default priority)")
+                   help="run the sensor publisher at SCHED_FIFO N (a thread: this process's other threads at nice "
+                        "-10 too), as a real-time driver: its own lateness then stops the node less (0: default)")
     p.add_argument("--timeline", action="store_true",
                    help="record the node's per-tick timeline and GC pauses and attribute every gap over 1.5 periods "
                         "(benchmarks.stall_analysis), with an OS wake-up probe beside it")

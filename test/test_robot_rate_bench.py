@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 
-def test_robot_rate_benchmark_measures_commands_from_a_built_act(tmp_path: Path, capsys) -> None:
+
+@pytest.mark.parametrize("driver", ["process", "thread"])
+def test_robot_rate_benchmark_measures_commands_from_a_built_act(tmp_path: Path, capsys, driver: str) -> None:
     from lerobot_reference import lerobot
     lerobot()                                     # skips without the LeRobot reference
     from benchmarks.robot_rate import main
     out = tmp_path / "rate.json"
     assert main(["--smoke", "--policy-hw", "24", "32", "--camera-size", "64", "48", "--seconds", "3",
-                 "--warmup", "1", "--json", str(out)]) == 0
+                 "--warmup", "1", "--driver", driver, "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["commands_in_window"] > 0 and result["achieved_hz"] > 0
+    assert result["driver"] == driver and result["sensor_gap_ms"][0] > 0     # the driver's publishes were counted
     assert result["joints"] == 14 and result["cameras"].startswith("2 x 64x48")
     assert result["provenance"]["git"]["commit"] and result["provenance"]["cpu"]
     table = capsys.readouterr().out
