@@ -2,6 +2,7 @@
 # Installs the test-time references without dependency resolution; only the parity tests put them on sys.path:
 #   requirements-lerobot-reference.txt -> .venv/lerobot-reference (LeRobot 0.4.4 and what its policies import)
 #   requirements-pi-reference.txt      -> .venv/pi-reference (transformers 4.53.2 for the π0 / π0.5 reference)
+#   requirements-groot-reference.txt   -> .venv/groot-reference (transformers 4.57.6 for the GR00T N1.5 reference)
 # Idempotent: each is skipped when its requirements file has not changed since its last success.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,3 +18,4 @@ install_reference() {
 }
 install_reference requirements-lerobot-reference.txt lerobot-reference
 install_reference requirements-pi-reference.txt pi-reference
+install_reference requirements-groot-reference.txt groot-reference
