@@ -1,0 +1,103 @@
+"""GR00T N1.5's network, ours against LeRobot 0.4.4's whole policy (``groot_reference``), bit for bit on the CPU.
+
+The reference builds a tiny seeded GR00T with LeRobot's classes (SDPA where the Eagle config asks for
+flash-attn, as transformers runs it without flash-attn), saves its checkpoint and records, at every replan of
+an episode, the processor's outputs (token ids, pixel values, padded state, embodiment id), the backbone's
+features, the noise it drew and the chunk it predicted. Our Eagle backbone and action head load the
+checkpoint's ``model.safetensors`` strictly (LeRobot's names, less the two heads GR00T never reads) and must
+give those features and chunks exactly. The processor and the policy around them come next (issue #58).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from flashrt_ros.models.lerobot.groot.action_head import DiTSizes, FlowmatchingActionHead, HeadSizes
+from flashrt_ros.models.lerobot.groot.eagle import (UNUSED_KEY_PARTS, EagleBackbone, EagleSizes, Qwen3Sizes,
+                                                   backbone_weights)
+from flashrt_ros.models.lerobot.siglip import SiglipSizes
+
+PREFIX = "_groot_model."
+
+
+def _sizes(t: dict, vocab: int, image_token: int) -> tuple[EagleSizes, HeadSizes]:
+    v, x, dit, vl = t["vision"], t["text"], t["dit"], t["vl_self_attention"]
+    eagle = EagleSizes(
+        vision=SiglipSizes(hidden=v["hidden_size"], intermediate=v["intermediate_size"], layers=v["num_hidden_layers"],
+                           heads=v["num_attention_heads"], patch_size=t["patch_size"], eps=1e-6),
+        image_size=t["image_size"], vision_select_layer=v["num_hidden_layers"],
+        text=Qwen3Sizes(width=x["hidden_size"], layers=t["select_layer"], heads=x["num_attention_heads"],
+                        kv_heads=x["num_key_value_heads"], head_dim=x["head_dim"], intermediate=x["intermediate_size"],
+                        vocab=vocab, rope_theta=1e6, eps=1e-6),
+        image_token_id=image_token)
+    width = dit["num_attention_heads"] * dit["attention_head_dim"]
+    head = HeadSizes(
+        action_dim=t["max_action_dim"], action_horizon=t["action_horizon"], max_state_dim=t["max_state_dim"],
+        hidden_size=dit["output_dim"], input_embedding_dim=width, backbone_embedding_dim=x["hidden_size"],
+        num_target_vision_tokens=t["num_target_vision_tokens"], max_seq_len=t["max_seq_len"],
+        num_inference_timesteps=t["num_inference_timesteps"],
+        dit=DiTSizes(heads=dit["num_attention_heads"], head_dim=dit["attention_head_dim"], layers=dit["num_layers"],
+                     cross_attention_dim=x["hidden_size"], output_dim=dit["output_dim"]),
+        vl_self_attention=DiTSizes(heads=vl["num_attention_heads"], head_dim=vl["attention_head_dim"],
+                                   layers=vl["num_layers"], cross_attention_dim=None,
+                                   interleave_self_attention=False, output_dim=0))
+    return eagle, head
+
+
+@pytest.fixture(scope="module")
+def episode(tmp_path_factory):
+    from groot_reference import TINY, Case, reference_record, run_reference
+    root = tmp_path_factory.mktemp("groot_net")
+    case = Case(directory=str(root / "a"), attn="sdpa", n_action_steps=8, steps=17)
+    run_reference([case], root / "spec")
+    import json
+    sizes = json.loads((Path(case.directory) / "groot_sizes.json").read_text())
+    eagle_sizes, head_sizes = _sizes(TINY, sizes["vocab_size"], sizes["image_token_index"])
+    weights = load_file(str(Path(case.directory) / "model.safetensors"))
+    backbone = EagleBackbone(eagle_sizes, project_to_dim=None).eval()
+    backbone.load_state_dict(backbone_weights(weights, PREFIX + "backbone."), strict=True)
+    head = FlowmatchingActionHead(head_sizes).eval()
+    head.load_state_dict({k[len(PREFIX + "action_head."):]: v for k, v in weights.items()
+                          if k.startswith(PREFIX + "action_head.")}, strict=True)
+    unread = sorted({k.split(".")[1] for k in weights if not k.startswith((PREFIX + "backbone.", PREFIX + "action_head."))})
+    return case, reference_record(case), backbone, head, weights, unread
+
+
+def test_every_weight_is_read_but_the_two_heads_gr00t_never_uses(episode):
+    _case, _rec, _backbone, _head, weights, unread = episode
+    assert unread == []
+    skipped = sorted({k for k in weights if any(part in "." + k for part in UNUSED_KEY_PARTS)})
+    assert skipped and all(".head." in k or ".lm_head." in k for k in skipped), skipped
+
+
+def test_the_backbone_features_are_lerobots_at_every_replan(episode):
+    _case, rec, backbone, _head, _w, _u = episode
+    assert len(rec["plan_steps"]) >= 3                      # replans at 0, 8, 16 with n_action_steps 8
+    for p in range(len(rec["plan_steps"])):
+        with torch.no_grad():
+            got = backbone(rec["eagle_input_ids"][p], rec["eagle_pixel_values"][p])
+        assert torch.equal(got, rec["backbone_features"][p]), (p, (got - rec["backbone_features"][p]).abs().max())
+
+
+def test_the_chunk_is_lerobots_from_its_features_state_and_noise(episode):
+    _case, rec, _backbone, head, _w, _u = episode
+    for p in range(len(rec["plan_steps"])):
+        with torch.no_grad():
+            got = head.sample(rec["backbone_features"][p], rec["state"][p], rec["embodiment_id"][p], rec["noise"][p])
+        assert torch.equal(got, rec["action_pred"][p]), (p, (got - rec["action_pred"][p]).abs().max())
+
+
+def test_the_whole_network_from_tokens_and_pixels_to_the_chunk(episode):
+    """The two halves chained; and the check has teeth: one patch of one camera blacked out changes the chunk."""
+    _case, rec, backbone, head, _w, _u = episode
+    ids, pixels = rec["eagle_input_ids"][1], rec["eagle_pixel_values"][1]
+    with torch.no_grad():
+        chunk = head.sample(backbone(ids, pixels), rec["state"][1], rec["embodiment_id"][1], rec["noise"][1])
+        assert torch.equal(chunk, rec["action_pred"][1])
+        pixels_damaged = pixels.clone()
+        pixels_damaged[0, :, :14, :14] = 0                  # one patch of one camera
+        other = head.sample(backbone(ids, pixels_damaged), rec["state"][1], rec["embodiment_id"][1], rec["noise"][1])
+    assert (other - chunk).abs().max() > 1e-6
