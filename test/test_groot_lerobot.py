@@ -1,4 +1,4 @@
-"""GR00T N1.5's network, ours against LeRobot 0.4.4's whole policy (``groot_reference``), bit for bit on the CPU.
+"""GR00T N1.5 (network, pre- and postprocessing), ours against LeRobot 0.4.4's whole policy (``groot_reference``), bit for bit on the CPU.
 
 The reference builds a tiny seeded GR00T with LeRobot's classes (SDPA where the Eagle config asks for
 flash-attn, as transformers runs it without flash-attn), saves its checkpoint and records, at every replan of
@@ -101,3 +101,75 @@ def test_the_whole_network_from_tokens_and_pixels_to_the_chunk(episode):
         pixels_damaged[0, :, :14, :14] = 0                  # one patch of one camera
         other = head.sample(backbone(ids, pixels_damaged), rec["state"][1], rec["embodiment_id"][1], rec["noise"][1])
     assert (other - chunk).abs().max() > 1e-6
+
+
+# --- the preprocessor and postprocessor ------------------------------------------------------------------------------
+def _step_inputs(case, inputs, step: int):
+    frames = [inputs[f"observation.images.cam{i}"][step] for i in range(case.cameras)]
+    return frames, inputs["observation.state"][step]
+
+
+@pytest.fixture(scope="module")
+def prompt(episode):
+    from flashrt_ros.models.lerobot.groot.processor_groot import EaglePrompt
+    case, _rec, backbone, _head, _w, _u = episode
+    return EaglePrompt(Path(case.directory) / "eagle2hg-processor-groot-n1p5", backbone.eagle_model.sizes.tokens_per_image)
+
+
+def test_pixels_prompt_ids_and_state_are_the_preprocessors(episode, prompt):
+    from groot_reference import reference_inputs
+
+    from flashrt_ros.models.lerobot.groot.processor_groot import eagle_pixels, embodiment_id, normalize_state
+    case, rec, backbone, head, _w, _u = episode
+    inputs = reference_inputs(case)
+    for p, step in enumerate(rec["plan_steps"].tolist()):
+        frames, state = _step_inputs(case, inputs, step)
+        pixels = eagle_pixels(frames, backbone.eagle_model.sizes.image_size)
+        assert torch.equal(pixels, rec["eagle_pixel_values"][p]), (p, (pixels - rec["eagle_pixel_values"][p]).abs().max())
+        assert torch.equal(prompt.ids(case.task, case.cameras), rec["eagle_input_ids"][p])
+        padded = normalize_state(state, inputs["stats.observation.state.min"], inputs["stats.observation.state.max"],
+                                 head.sizes.max_state_dim)
+        assert torch.equal(padded, rec["state"][p])
+    assert embodiment_id(case.embodiment) == int(rec["embodiment_id"][0, 0])
+
+
+def test_the_prompt_is_the_chat_template_with_the_task_as_a_list_repr(prompt):
+    text = prompt.text("pick up the red cube", 2)
+    assert "['pick up the red cube']" in text and text.count("<img>") == 2
+    assert text.count(prompt.image_token) == 2 * prompt.tokens_per_tile
+    assert "['Perform the task.']" in prompt.text("", 1)
+
+
+def test_an_unknown_embodiment_is_refused_by_name():
+    from flashrt_ros.models.lerobot.groot.processor_groot import embodiment_id
+    from flashrt_ros.runtime.errors import InvalidArgument
+    with pytest.raises(InvalidArgument, match="'so101'.*new_embodiment"):
+        embodiment_id("so101")
+
+
+def test_a_whole_episode_from_camera_frames_to_robot_actions(episode, prompt):
+    """Frames, state and task in, the queue's actions out, every step: LeRobot's select_action and postprocessor."""
+    from groot_reference import reference_inputs
+
+    from flashrt_ros.models.lerobot.groot.processor_groot import (eagle_pixels, embodiment_id, normalize_state,
+                                                                  unnormalize_action)
+    case, rec, backbone, head, _w, _u = episode
+    inputs = reference_inputs(case)
+    low, high = inputs["stats.action.min"], inputs["stats.action.max"]
+    horizon, n = head.sizes.action_horizon, case.n_action_steps
+    plan_steps, chunk = rec["plan_steps"].tolist(), None
+    for step in range(case.steps):
+        frames, state = _step_inputs(case, inputs, step)
+        if step in plan_steps:
+            p = plan_steps.index(step)
+            with torch.no_grad():
+                features = backbone(prompt.ids(case.task, case.cameras),
+                                    eagle_pixels(frames, backbone.eagle_model.sizes.image_size))
+                chunk = head.sample(features, normalize_state(state, inputs["stats.observation.state.min"],
+                                                              inputs["stats.observation.state.max"],
+                                                              head.sizes.max_state_dim),
+                                    torch.tensor([embodiment_id(case.embodiment)]), rec["noise"][p])
+            start = step
+        # LeRobot's queue keeps the chunk's LAST n_action_steps rows
+        action = unnormalize_action(chunk[0, horizon - n + (step - start)], low, high)
+        assert torch.equal(action, rec["actions"][step]), (step, action, rec["actions"][step])
