@@ -3,7 +3,8 @@
 The reference builds a tiny seeded GR00T with LeRobot's classes (SDPA where the Eagle config asks for
 flash-attn, as transformers runs it without flash-attn), saves its checkpoint and records, at every replan of
 an episode, the processor's outputs (token ids, pixel values, padded state, embodiment id), the backbone's
-features, the noise it drew and the chunk it predicted. Our Eagle backbone and action head load the
+features, the noise it drew and the chunk it predicted. Our Eagle backbone and action head, at the sizes
+``read_groot_config`` reads from the checkpoint (checked against sizes built by hand from ``TINY``), load the
 checkpoint's ``model.safetensors`` strictly (LeRobot's names, less the two heads GR00T never reads) and must
 give those features and chunks exactly. The processor and the policy around them come next (issue #58).
 """
@@ -18,6 +19,7 @@ from safetensors.torch import load_file
 from flashrt_ros.models.lerobot.groot.action_head import DiTSizes, FlowmatchingActionHead, HeadSizes
 from flashrt_ros.models.lerobot.groot.eagle import (UNUSED_KEY_PARTS, EagleBackbone, EagleSizes, Qwen3Sizes,
                                                    backbone_weights)
+from flashrt_ros.models.lerobot.groot.configuration_groot import read_groot_config
 from flashrt_ros.models.lerobot.siglip import SiglipSizes
 
 PREFIX = "_groot_model."
@@ -49,21 +51,32 @@ def _sizes(t: dict, vocab: int, image_token: int) -> tuple[EagleSizes, HeadSizes
 
 @pytest.fixture(scope="module")
 def episode(tmp_path_factory):
-    from groot_reference import TINY, Case, reference_record, run_reference
+    from groot_reference import Case, reference_record, run_reference
     root = tmp_path_factory.mktemp("groot_net")
     case = Case(directory=str(root / "a"), attn="sdpa", n_action_steps=8, steps=17)
     run_reference([case], root / "spec")
-    import json
-    sizes = json.loads((Path(case.directory) / "groot_sizes.json").read_text())
-    eagle_sizes, head_sizes = _sizes(TINY, sizes["vocab_size"], sizes["image_token_index"])
+    config = read_groot_config(case.directory)
     weights = load_file(str(Path(case.directory) / "model.safetensors"))
-    backbone = EagleBackbone(eagle_sizes, project_to_dim=None).eval()
+    backbone = EagleBackbone(config.eagle_sizes(), project_to_dim=config.project_to_dim).eval()
     backbone.load_state_dict(backbone_weights(weights, PREFIX + "backbone."), strict=True)
-    head = FlowmatchingActionHead(head_sizes).eval()
+    head = FlowmatchingActionHead(config.head_sizes()).eval()
     head.load_state_dict({k[len(PREFIX + "action_head."):]: v for k, v in weights.items()
                           if k.startswith(PREFIX + "action_head.")}, strict=True)
     unread = sorted({k.split(".")[1] for k in weights if not k.startswith((PREFIX + "backbone.", PREFIX + "action_head."))})
     return case, reference_record(case), backbone, head, weights, unread
+
+
+def test_the_sizes_read_from_the_checkpoint_are_the_hand_built_ones(episode):
+    """``read_groot_config`` (weights' shapes, the Eagle assets' and the base model's configs) gives the sizes
+    built by hand from the reference's ``TINY`` dict."""
+    import json
+
+    from groot_reference import TINY
+    case, _rec, backbone, head, _w, _u = episode
+    sizes = json.loads((Path(case.directory) / "groot_sizes.json").read_text())
+    eagle_sizes, head_sizes = _sizes(TINY, sizes["vocab_size"], sizes["image_token_index"])
+    assert backbone.eagle_model.sizes == eagle_sizes
+    assert head.sizes == head_sizes
 
 
 def test_every_weight_is_read_but_the_two_heads_gr00t_never_uses(episode):
