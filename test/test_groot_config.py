@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from flashrt_ros.models.lerobot.groot.action_head import FlowmatchingActionHead
@@ -163,3 +164,18 @@ def test_without_a_base_config_the_published_widths_give_gr00t_n15_3bs_head():
     for i in range(4):
         shapes[f"{HEAD}vl_self_attention.transformer_blocks.{i}.attn1.to_q.weight"] = (2048, 2048)
     assert _head(shapes, None, None, "nvidia/GR00T-N1.5-3B", 2048) == HeadSizes()
+
+
+def test_the_published_size_is_lerobots_less_the_pooling_head_it_never_reads():
+    """GR00T-N1.5-3B at its published sizes (our defaults), built on the meta device: LeRobot's 2,413,522,880
+    parameters (its classes on the meta device, ``groot_reference/NOTES.md``) less SigLIP's pooling head, which
+    LeRobot builds and we do not: probe 1,152 + attention 3,984,768 + 1,328,256 + norm 2,304 + MLP 9,921,872.
+    The tied vocabulary head is one tensor in both counts."""
+    from flashrt_ros.models.lerobot.groot.action_head import HeadSizes
+    from flashrt_ros.models.lerobot.groot.eagle import EagleSizes
+    with torch.device("meta"):
+        modules = (EagleBackbone(EagleSizes(), project_to_dim=None), FlowmatchingActionHead(HeadSizes()))
+    ours = sum(p.numel() for m in modules for p in m.parameters())
+    pooling_head = 1152 + (3 * 1152 * 1152 + 3 * 1152) + (1152 * 1152 + 1152) + 2 * 1152 \
+        + (1152 * 4304 + 4304 + 4304 * 1152 + 1152)
+    assert ours + pooling_head == 2_413_522_880
