@@ -160,29 +160,56 @@ def test_an_unknown_embodiment_is_refused_by_name():
         embodiment_id("so101")
 
 
-def test_a_whole_episode_from_camera_frames_to_robot_actions(episode, prompt):
-    """Frames, state and task in, the queue's actions out, every step: LeRobot's select_action and postprocessor."""
+def _our_episode(case, rec, backbone, head, prompt, noise: torch.Tensor) -> list[torch.Tensor]:
+    """Our processor, backbone, head and queue over the reference's episode inputs, replan p with ``noise[p]``."""
     from groot_reference import reference_inputs
 
     from flashrt_ros.models.lerobot.groot.processor_groot import (eagle_pixels, embodiment_id, normalize_state,
                                                                   unnormalize_action)
-    case, rec, backbone, head, _w, _u = episode
     inputs = reference_inputs(case)
     low, high = inputs["stats.action.min"], inputs["stats.action.max"]
     horizon, n = head.sizes.action_horizon, case.n_action_steps
-    plan_steps, chunk = rec["plan_steps"].tolist(), None
+    actions, plans, chunk, start = [], 0, None, 0
     for step in range(case.steps):
         frames, state = _step_inputs(case, inputs, step)
-        if step in plan_steps:
-            p = plan_steps.index(step)
+        if chunk is None or step - start == n:             # the queue is empty: replan
             with torch.no_grad():
                 features = backbone(prompt.ids(case.task, case.cameras),
                                     eagle_pixels(frames, backbone.eagle_model.sizes.image_size))
                 chunk = head.sample(features, normalize_state(state, inputs["stats.observation.state.min"],
                                                               inputs["stats.observation.state.max"],
                                                               head.sizes.max_state_dim),
-                                    torch.tensor([embodiment_id(case.embodiment)]), rec["noise"][p])
-            start = step
+                                    torch.tensor([embodiment_id(case.embodiment)]), noise[plans])
+            start, plans = step, plans + 1
         # LeRobot's queue keeps the chunk's LAST n_action_steps rows
-        action = unnormalize_action(chunk[0, horizon - n + (step - start)], low, high)
+        actions.append(unnormalize_action(chunk[0, horizon - n + (step - start)], low, high))
+    return actions
+
+
+def test_a_whole_episode_from_camera_frames_to_robot_actions(episode, prompt):
+    """Frames, state and task in, the queue's actions out, every step: LeRobot's select_action and postprocessor."""
+    case, rec, backbone, head, _w, _u = episode
+    for step, action in enumerate(_our_episode(case, rec, backbone, head, prompt, rec["noise"])):
         assert torch.equal(action, rec["actions"][step]), (step, action, rec["actions"][step])
+
+
+def test_lerobot_samples_from_our_counter_stream(episode, prompt, tmp_path):
+    """Our noise stream (``ops.counter_rng``: seed, plan counter) handed to LeRobot's sampler instead of its
+    ``torch.randn``: its episode and ours agree step for step with the noise a capsule can restore."""
+    from groot_reference import Case, reference_record, run_reference
+    from safetensors.torch import save_file
+
+    from flashrt_ros.ops.counter_rng import normal
+    case, _rec, backbone, head, _w, _u = episode
+    h, m = head.sizes.action_horizon, head.sizes.action_dim
+    seed = torch.tensor(1234, dtype=torch.int64)
+    noise = torch.stack([normal(seed, torch.tensor(p, dtype=torch.int64), h * m).view(1, h, m) for p in range(3)])
+    save_file({"noise": noise}, str(tmp_path / "noise.safetensors"))
+    ours_case = Case(**{**case.__dict__, "directory": str(tmp_path / "counter"),
+                        "noise_file": str(tmp_path / "noise.safetensors")})
+    run_reference([ours_case], tmp_path / "spec")
+    rec = reference_record(ours_case)
+    assert torch.equal(rec["noise"], noise)
+    for step, action in enumerate(_our_episode(ours_case, rec, backbone, head, prompt, noise)):
+        assert torch.equal(action, rec["actions"][step]), step
+    assert not torch.equal(rec["actions"], episode[1]["actions"])     # the other noise did change the episode

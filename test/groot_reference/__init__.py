@@ -100,7 +100,8 @@ def reference_record(case: Case) -> dict[str, torch.Tensor]:
     - ``actions`` (steps, action): the postprocessed actions (min-max unnormalised), float32;
     - ``actions_normalized`` (steps, action): ``select_action``'s outputs, before the postprocessor;
     - ``plan_steps`` (P,) int64: the steps at which the action queue was empty and the model ran;
-    - ``noise`` (P, 1, H, M): the ``torch.randn`` each replan drew (seeded ``noise_seed * 100000 + p``);
+    - ``noise`` (P, 1, H, M): the ``torch.randn`` each replan drew (seeded ``noise_seed * 100000 + p``), or the
+      ``Case.noise_file`` noise it was given instead;
     - ``action_pred`` (P, 1, H, M): ``GR00TN15.get_action``'s output (all M dims, normalised);
     - ``backbone_features`` (P, 1, T, llm width): the Eagle backbone's output (the tap after the LLM's final norm);
     - the preprocessor's outputs at each replan: ``eagle_input_ids`` / ``eagle_attention_mask`` (P, 1, T) int64,

@@ -85,6 +85,8 @@ class Case:
     attn: str = "eager"                    # what the Eagle config's flash_attention_2 becomes: "eager" or "sdpa"
     use_bf16: bool = False                 # GrootConfig.use_bf16 (LeRobot's default True: bf16 autocast)
     constant_dims: bool = False            # state and action dim 0 with max == min in the stats
+    noise_file: str | None = None          # safetensors with "noise" (P, 1, H, M): replan p is given noise[p]
+                                           # instead of drawing (our counter stream into LeRobot's sampler)
 
     @property
     def path(self) -> Path:
@@ -316,7 +318,11 @@ def reference(case: Case) -> None:
     st = stats(case)
     _save({**inputs, **{f"stats.{k}.{s}": v for k, d in st.items() for s, v in d.items()}},
           case.path / "reference_inputs.safetensors")
-    record, replan_s = run_episode(case, policy, pre, post, inputs)
+    given = None
+    if case.noise_file:
+        from safetensors.torch import load_file
+        given = load_file(case.noise_file)["noise"]
+    record, replan_s = run_episode(case, policy, pre, post, inputs, noise=given)
     _save(record, case.path / "reference_actions.safetensors")
     import lerobot
     import transformers
