@@ -1,7 +1,7 @@
-"""LeRobot checkpoints (ACT, Diffusion Policy, SmolVLA, π0, π0.5) as arena-backed ``PolicyModule``s, without importing LeRobot.
+"""LeRobot checkpoints (ACT, Diffusion Policy, SmolVLA, π0, π0.5, GR00T N1.5) as arena-backed ``PolicyModule``s, without importing LeRobot.
 
 Laid out as LeRobot lays out ``lerobot/policies``: one folder per policy
-(``act/``, ``diffusion/``, ``smolvla/``, ``pi0/`` for π0 and π0.5), each with
+(``act/``, ``diffusion/``, ``smolvla/``, ``pi0/`` for π0 and π0.5, ``groot/``), each with
 its ``configuration_<name>.py`` (the config dataclass read from ``config.json``)
 and ``modeling_<name>.py`` (the ``PolicyModule``), its network (``<name>_net.py``)
 and its ``fast`` numerics (``<name>_fast.py``) where it has them; ``factory.py``

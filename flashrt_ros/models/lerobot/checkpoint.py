@@ -55,6 +55,11 @@ class LeRobotCheckpoint:
         return str(self.config.get("type", ""))
 
 
+#: the pipeline steps that hold a policy type's statistics, where they are not LeRobot's normalizer steps
+#: (GR00T's min-max statistics sit in its pack and unpack steps)
+NORMALIZER_STEPS = {"groot": ("groot_pack_inputs_v3", "groot_action_unpack_unnormalize_v1")}
+
+
 def read_checkpoint(path: str | Path) -> LeRobotCheckpoint:
     """Parse a checkpoint directory; ``InvalidArgument`` names the missing or malformed part."""
     root = Path(path).expanduser()
@@ -72,10 +77,11 @@ def read_checkpoint(path: str | Path) -> LeRobotCheckpoint:
         weights = load_file(str(root / WEIGHTS))
     except Exception as exc:  # safetensors raises its own error types
         raise InvalidArgument(f"{root / WEIGHTS}: not a readable safetensors file ({exc})") from None
+    pre, post = NORMALIZER_STEPS.get(str(config["type"]), ("normalizer_processor", "unnormalizer_processor"))
     return LeRobotCheckpoint(
         path=root, config=config, weights=weights,
-        normalize=_read_normalization(root, PREPROCESSOR, "normalizer_processor"),
-        unnormalize=_read_normalization(root, POSTPROCESSOR, "unnormalizer_processor"),
+        normalize=_read_normalization(root, PREPROCESSOR, pre),
+        unnormalize=_read_normalization(root, POSTPROCESSOR, post),
         input_features=_features(config, "input_features", root),
         output_features=_features(config, "output_features", root))
 

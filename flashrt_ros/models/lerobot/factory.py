@@ -16,7 +16,7 @@ from flashrt_ros.models.lerobot.checkpoint import CONFIG, LeRobotCheckpoint, rea
 from flashrt_ros.models.policy_interface import PolicyModule
 from flashrt_ros.runtime.errors import InvalidArgument
 
-SUPPORTED_TYPES = ("act", "diffusion", "smolvla", "pi0", "pi05")
+SUPPORTED_TYPES = ("act", "diffusion", "smolvla", "pi0", "pi05", "groot")
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -101,6 +101,9 @@ def build_policy(ckpt: LeRobotCheckpoint) -> PolicyModule:
     if kind in ("pi0", "pi05"):
         from flashrt_ros.models.lerobot.pi0.modeling_pi0 import build_pi0
         return build_pi0(ckpt)
+    if kind == "groot":
+        from flashrt_ros.models.lerobot.groot.modeling_groot import build_groot
+        return build_groot(ckpt)
     raise InvalidArgument(f"LeRobot policy type {kind!r} in {ckpt.path}/config.json is not supported "
                           f"(supported: {', '.join(SUPPORTED_TYPES)})")
 
