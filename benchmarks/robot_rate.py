@@ -137,12 +137,10 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import numpy as np
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from diagnostic_msgs.msg import DiagnosticArray
-    from sensor_msgs.msg import Image, JointState
     from std_msgs.msg import Float64MultiArray
 
     from flashrt_ros.msg import EngineStatus
@@ -190,12 +188,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     node.create_subscription(DiagnosticArray, "/diagnostics",
                              lambda m: diagnostics.extend(s for s in m.status if s.name.startswith(ns.lstrip("/"))),
                              10)
-    cams = [node.create_publisher(Image, f"{ns}/{c.rsplit('.', 1)[-1]}/image_raw", qos_profile_sensor_data)
-            for c in cameras]
-    joint_pub = node.create_publisher(JointState, f"{ns}/joint_states", qos_profile_sensor_data)
     width, height = args.camera_size
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8).tobytes() for _ in range(4)]
     published: list[float] = []
     stop = threading.Event()
 
@@ -205,21 +198,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.driver_priority:       # as a real-time driver would run: its lateness is not the node's
             from flashrt_ros.robot_io.control_thread import raise_other_threads, raise_priority
             driver.append(f"{raise_priority(args.driver_priority)}; {raise_other_threads()}")
-        period, k = 1.0 / args.rate, 0
-        start = time.monotonic()
-        while not stop.is_set():
-            stamp = node.get_clock().now().to_msg()
-            for pub in cams:
-                msg = Image(height=height, width=width, encoding="rgb8", step=3 * width,
-                            data=frames[k % len(frames)])
-                msg.header.stamp = stamp
-                pub.publish(msg)
-            js = JointState(name=joints, position=[0.01 * ((k + i) % 50) for i in range(len(joints))])
-            js.header.stamp = stamp
-            joint_pub.publish(js)
-            published.append(time.monotonic())
-            k += 1
-            stop.wait(max(0.0, start + k * period - time.monotonic()))
+        from benchmarks.sensor_driver import publish_sensors
+        publish_sensors(node, ns, [c.rsplit(".", 1)[-1] for c in cameras], joints, (width, height), args.rate,
+                        stop, published)
 
     feeder = threading.Thread(target=sensors, daemon=True)
     driver_proc = None

@@ -20,6 +20,37 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+
+def publish_sensors(node: Any, ns: str, cameras: list[str], joints: list[str], size: tuple[int, int], rate: float,
+                    stop: threading.Event, published: list[float]) -> None:
+    """Until ``stop``: every camera (rgb8 noise frames) and the JointState once per period on a steady schedule,
+    each round's monotonic time appended to ``published``. The loop of this process, and of
+    ``benchmarks.robot_rate --driver thread``."""
+    import numpy as np
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image, JointState
+
+    cams = [node.create_publisher(Image, f"{ns}/{c}/image_raw", qos_profile_sensor_data) for c in cameras]
+    joint_pub = node.create_publisher(JointState, f"{ns}/joint_states", qos_profile_sensor_data)
+    width, height = size
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8).tobytes() for _ in range(4)]
+    period, k = 1.0 / rate, 0
+    start = time.monotonic()
+    while not stop.is_set():
+        stamp = node.get_clock().now().to_msg()
+        for pub in cams:
+            msg = Image(height=height, width=width, encoding="rgb8", step=3 * width, data=frames[k % len(frames)])
+            msg.header.stamp = stamp
+            pub.publish(msg)
+        js = JointState(name=joints, position=[0.01 * ((k + i) % 50) for i in range(len(joints))])
+        js.header.stamp = stamp
+        joint_pub.publish(js)
+        published.append(time.monotonic())
+        k += 1
+        stop.wait(max(0.0, start + k * period - time.monotonic()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,43 +64,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stamps", required=True, help="where to write the publish times on exit")
     args = p.parse_args(argv)
 
-    import numpy as np
     import rclpy
-    from rclpy.qos import qos_profile_sensor_data
-    from sensor_msgs.msg import Image, JointState
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     rclpy.init(signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
     node = rclpy.create_node("sensor_driver", namespace=args.ns)
-    cameras = [c for c in args.cameras.split(",") if c]
-    cams = [node.create_publisher(Image, f"{args.ns}/{c}/image_raw", qos_profile_sensor_data) for c in cameras]
-    joint_pub = node.create_publisher(JointState, f"{args.ns}/joint_states", qos_profile_sensor_data)
-    names = [f"joint{i}" for i in range(args.joints)]
-    width, height = args.size
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8).tobytes() for _ in range(4)]
     priority = "default"
     if args.priority:
         from flashrt_ros.robot_io.control_thread import raise_priority
         priority = raise_priority(args.priority)
     published: list[float] = []
-    period, k = 1.0 / args.rate, 0
-    start = time.monotonic()
     try:
-        while not stop.is_set():
-            stamp = node.get_clock().now().to_msg()
-            for pub in cams:
-                msg = Image(height=height, width=width, encoding="rgb8", step=3 * width, data=frames[k % len(frames)])
-                msg.header.stamp = stamp
-                pub.publish(msg)
-            js = JointState(name=names, position=[0.01 * ((k + i) % 50) for i in range(len(names))])
-            js.header.stamp = stamp
-            joint_pub.publish(js)
-            published.append(time.monotonic())
-            k += 1
-            stop.wait(max(0.0, start + k * period - time.monotonic()))
+        publish_sensors(node, args.ns, [c for c in args.cameras.split(",") if c],
+                        [f"joint{i}" for i in range(args.joints)], tuple(args.size), args.rate, stop, published)
     finally:
         Path(args.stamps).write_text(json.dumps({"published": published, "priority": priority}))
         node.destroy_node()
