@@ -46,14 +46,14 @@ def to_uint8(frame: Tensor) -> Tensor:
 
 def eagle_pixels(frames: list[Tensor], tile: int) -> Tensor:
     """(cameras, 3, tile, tile) float32 in [-1, 1] from (3, H, W) frames already in camera order."""
+    mean = (torch.tensor([0.5, 0.5, 0.5]) * (1.0 / (1 / 255))).view(-1, 1, 1)     # transformers' fused rescale
+    std = (torch.tensor([0.5, 0.5, 0.5]) * (1.0 / (1 / 255))).view(-1, 1, 1)
     out = []
     for frame in frames:
         image = to_uint8(frame).unsqueeze(0)
         if image.shape[-2:] != (tile, tile):
             image = F.interpolate(image, size=[tile, tile], mode="bicubic", align_corners=False, antialias=True)
-        mean = torch.tensor([0.5, 0.5, 0.5]) * (1.0 / (1 / 255))
-        std = torch.tensor([0.5, 0.5, 0.5]) * (1.0 / (1 / 255))
-        out.append(image.to(torch.float32).sub(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1)))
+        out.append(image.to(torch.float32).sub(mean).div_(std))
     return torch.cat(out)
 
 
