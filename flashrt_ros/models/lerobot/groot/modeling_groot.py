@@ -6,16 +6,24 @@ State (every buffer under ``policy.groot.`` and ``policy.rng.``):
   the last replan: SigLIP + ``mlp1`` tokens and the normalised, padded state; a re-instruct replans from them;
 * ``prompt`` (capacity) and ``prompt_len``: the Eagle prompt's token ids for the current instruction (the chat
   template around the images and ``str([task])``), written between steps;
+* ``features`` (capacity, backbone width) and ``features_len`` (group ``prefix``): the backbone's output the
+  action head reads (the language model over the prompt with the image tokens written in, then ``eagle_linear``),
+  valid rows first, zero after; ``features_len`` is 0 until a replan stored them. A redraw draws a new chunk from
+  them without any of the backbone; a new instruction leaves them as they are (its next replan recomputes them);
 * ``queue`` (n_action_steps, action_dim) and ``queue_left``: the chunk's LAST n_action_steps rows, normalised
   (LeRobot's ``deque(maxlen=n_action_steps)`` keeps the last rows of the 16-row chunk);
 * ``policy.rng.seed`` / ``policy.rng.plans``: replan p draws its noise from our counter stream
   (``ops.counter_rng.normal(seed, p)``), so a capsule restores the noise too.
 
 A replan: the cameras through ``processor_groot.eagle_pixels`` and SigLIP + ``mlp1`` into ``images``, the
-state into ``state``, the language model over the prompt with the image tokens written in, the action head's
-four flow steps from the plan's noise; the queue refilled. The prompt's length is read on the host (``exact``
-runs one unpadded prompt, as LeRobot does at batch 1: the DiT attends to every backbone token, so padding would
-change the actions); a captured plan needs the ``fast`` numerics, not built yet, so CUDA is refused.
+state into ``state``, the language model over the prompt with the image tokens written in into ``features``
+(``_encode_prompt``), the action head's four flow steps from the plan's noise over them (``_denoise``); the
+queue refilled. The engine's capsule verbs come from that split: ``redraw`` runs only the action head, and
+``replan_from_context`` (``engine.vla.reinstruct``) the language model and the action head, not SigLIP: the
+LLM attends over the image tokens and the instruction together, so a new instruction needs it again. The
+prompt's and the features' lengths are read on the host (``exact`` runs one unpadded prompt, as LeRobot does at
+batch 1: the DiT attends to every backbone token, so padding would change the actions); a captured plan needs
+the ``fast`` numerics, not built yet, so CUDA is refused.
 """
 from __future__ import annotations
 
@@ -33,7 +41,8 @@ from flashrt_ros.models.lerobot.groot.eagle import EagleBackbone
 from flashrt_ros.models.lerobot.groot.processor_groot import (EaglePrompt, eagle_pixels, normalize_state,
                                                               unnormalize_action)
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
-from flashrt_ros.models.policy_interface import RNG_PLANS, RNG_SEED, ActionQueue, PolicyModule, pop_queue, queue_chunk
+from flashrt_ros.models.policy_interface import (RNG_PLANS, RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue,
+                                                 queue_chunk)
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -66,6 +75,7 @@ class GrootPolicy(PolicyModule):
                     "_groot_model.backbone.eagle_model.language_model.lm_head.weight"}
     IMAGES, STATE_VEC = PREFIX + "images", PREFIX + "state"
     PROMPT, PROMPT_LEN = PREFIX + "prompt", PREFIX + "prompt_len"
+    FEATURES, FEATURES_LEN = PREFIX + "features", PREFIX + "features_len"
     QUEUE, LEFT = PREFIX + "queue", PREFIX + "queue_left"
     RNG_SEED, PLANS = RNG_SEED, RNG_PLANS
     numerics = "exact"
@@ -121,6 +131,11 @@ class GrootPolicy(PolicyModule):
                        doc="image tokens of the last replan (SigLIP + mlp1), cameras in sorted order"),
             BufferSpec(self.STATE_VEC, (c.max_state_dim,), torch.float32, group="observation",
                        doc="min-max normalised, zero-padded state of the last replan"),
+            BufferSpec(self.FEATURES, (self.prompt_capacity, self.backbone_width), self.dtype, group="prefix",
+                       live_axis=0, length_from=self.FEATURES_LEN,
+                       doc="backbone output of the last replan's prompt (language model + eagle_linear)"),
+            BufferSpec(self.FEATURES_LEN, (), torch.int64, group="prefix",
+                       doc="valid backbone feature rows (the prompt's length; 0 before a replan)"),
             BufferSpec(self.PROMPT, (self.prompt_capacity,), torch.int64, group="instruction",
                        doc="the Eagle prompt's token ids for the instruction (right-padded)"),
             BufferSpec(self.PROMPT_LEN, (), torch.int64, group="instruction", doc="prompt length in tokens"),
@@ -131,12 +146,27 @@ class GrootPolicy(PolicyModule):
             BufferSpec(self.PLANS, (), torch.int64, group="rng", doc="chunks planned (the noise counter)"),
         ]
 
+    @property
+    def backbone_width(self) -> int:
+        """Width of the backbone's output (``eagle_linear``: Identity when ``project_to_dim`` is None)."""
+        return self.cfg.text.width if self.cfg.project_to_dim is None else self.cfg.project_to_dim
+
     def init_state(self, arena: StateArena) -> None:
         self.write_instruction(arena, self._default_ids)
 
     def action_queue(self) -> ActionQueue:
+        """Replan-or-pop on the host; a pop reads no observation; the stored features can be redrawn from and
+        the stored observation re-planned from; a plan (beside the loop too: ``replan: async``) writes the
+        encoded observation, the features, their length, the queue and the noise counter.
+
+        ``ahead`` stays 0: the queue holds the chunk's LAST n_action_steps rows (LeRobot's bounded deque), so
+        no action follows the queued ones and a plan merged ``d`` steps late keeps ``n_action_steps - d``
+        (``chunk_size``: the queued rows, only RTC reads it and GR00T takes no guidance)."""
         c = self.cfg
-        return ActionQueue(self.LEFT, c.n_action_steps, pop_reads_observation=False)
+        return ActionQueue(self.LEFT, c.n_action_steps, pop_reads_observation=False,
+                           redraw_context=self.FEATURES_LEN, replans_from_context=True, chunk=self.QUEUE,
+                           planned=(self.IMAGES, self.STATE_VEC, self.FEATURES, self.FEATURES_LEN, self.PLANS),
+                           chunk_size=c.n_action_steps)
 
     # --- instruction --------------------------------------------------------------------------------
     def set_default_instruction(self, text: str) -> None:
@@ -149,7 +179,8 @@ class GrootPolicy(PolicyModule):
         return self.prompt.ids(text, len(self.cfg.cameras))[0].tolist()
 
     def write_instruction(self, arena: StateArena, ids: list[int]) -> None:
-        """Make ``ids`` (a whole prompt, ``instruction_ids``) the prompt and empty the queue (between steps)."""
+        """Make ``ids`` (a whole prompt, ``instruction_ids``) the prompt and empty the queue (between steps).
+        ``features`` stay those of the last replan: the next replan, or ``replan_from_context``, recomputes them."""
         n, images = self.prompt_capacity, ids.count(self.cfg.image_token_id)
         if len(ids) > n:
             raise InvalidArgument(f"GR00T prompt of {len(ids)} tokens: room for {n} (an instruction of at most "
@@ -173,7 +204,10 @@ class GrootPolicy(PolicyModule):
         action = pop_queue(arena[self.QUEUE], arena[self.LEFT])
         return unnormalize_action(action, self.action_min, self.action_max)
 
-    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide=None, ahead=None) -> None:
+    def plan(self, observation: Mapping[str, Tensor], arena: StateArena, guide: Guidance | None = None,
+             ahead: Tensor | None = None) -> None:
+        """Encode the observation, the prompt over it, and denoise a chunk with the next noise draw (``ahead``:
+        nothing, ``action_queue`` says why)."""
         if guide is not None:
             raise InvalidArgument("GR00T: Real-Time Chunking is not supported yet")
         if arena[self.QUEUE].device.type == "cuda":
@@ -183,15 +217,41 @@ class GrootPolicy(PolicyModule):
         arena[self.IMAGES].copy_(eagle.image_tokens(eagle_pixels(frames, eagle.sizes.image_size)).flatten(0, 1))
         state = normalize_state(observation[STATE], self.state_min, self.state_max, self.cfg.max_state_dim)
         arena[self.STATE_VEC].copy_(state.flatten())
+        self._encode_prompt(arena)
         self._denoise(arena, arena[self.PLANS])
         arena[self.PLANS].add_(1)
 
-    def _denoise(self, arena: StateArena, counter: Tensor) -> None:
-        eagle, head = self._groot_model.backbone.eagle_model, self._groot_model.action_head
+    def redraw_chunk(self, arena: StateArena) -> None:
+        """The noise stream's first chunk over the stored features (``PolicyEngine.redraw``; only the action head)."""
+        arena[self.PLANS].zero_()
+        self._denoise(arena, arena[self.PLANS])
+        arena[self.PLANS].add_(1)
+
+    def replan_from_context(self, arena: StateArena) -> None:
+        """The last chunk planned again from the stored image tokens and state with the current prompt and the
+        same noise draw (``PolicyEngine.replan_from_context``): the language model and the action head run,
+        SigLIP does not. Equal to the plan a replanning step with this instruction made."""
+        self._encode_prompt(arena)
+        self._denoise(arena, (arena[self.PLANS] - 1).clamp(min=0))
+
+    def _encode_prompt(self, arena: StateArena) -> None:
+        """The language model over the prompt with the stored image tokens written in, through ``eagle_linear``,
+        into ``features`` (rows past the prompt zeroed) and its length into ``features_len``."""
+        eagle = self._groot_model.backbone.eagle_model
         length = int(arena[self.PROMPT_LEN].item())           # exact: one unpadded prompt (module doc)
         ids = arena[self.PROMPT][:length].unsqueeze(0)
         features = self._groot_model.backbone.eagle_linear(
             eagle.features(eagle.embed(ids, arena[self.IMAGES].unsqueeze(0))))
+        arena[self.FEATURES][:length].copy_(features[0])
+        arena[self.FEATURES][length:].zero_()
+        arena[self.FEATURES_LEN].fill_(length)
+
+    def _denoise(self, arena: StateArena, counter: Tensor) -> None:
+        """The action head's flow steps from plan ``counter``'s noise over the stored features, state and
+        embodiment; the chunk's last n_action_steps rows into the queue."""
+        head = self._groot_model.action_head
+        length = int(arena[self.FEATURES_LEN].item())         # exact: the unpadded rows (module doc)
+        features = arena[self.FEATURES][:length].unsqueeze(0)
         s = head.sizes
         noise = normal(arena[self.RNG_SEED], counter, s.action_horizon * s.action_dim).view(1, s.action_horizon,
                                                                                          s.action_dim)
