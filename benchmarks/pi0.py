@@ -239,13 +239,14 @@ def references(directory: Path, case: dict, dtypes: list[str], args, obs_file: P
     """The references the sides of ``dtypes`` are judged against (``benchmarks.action_checks``): from the cache
     when this checkpoint and case ran before, else LeRobot eager float32 now (and cached). A reference that could
     not be computed is its error text."""
-    from benchmarks.action_checks import BF16_WEIGHTS_REFERENCE, FLOAT32_REFERENCE, ReferenceCache
+    from benchmarks.action_checks import BF16_REFERENCE_ROPE, BF16_WEIGHTS_REFERENCE, FLOAT32_REFERENCE, ReferenceCache
     cache = ReferenceCache(args.reference_cache)
     needed = {FLOAT32_REFERENCE} | ({BF16_WEIGHTS_REFERENCE} if "bfloat16" in dtypes else set())
     out: dict[str, torch.Tensor | str] = {}
     for kind in sorted(needed):
         spec = {"reference": kind, "kind": case["kind"], "cameras": case["cameras"], "task": TASK, "seed": 0,
-                "observations": "write_observations(seed=3, n=4)", "check_steps": args.check_steps}
+                "observations": "write_observations(seed=3, n=4)", "check_steps": args.check_steps,
+                **({"rope": BF16_REFERENCE_ROPE} if kind == BF16_WEIGHTS_REFERENCE else {})}
         key = cache.key(directory, spec)
         actions = cache.load(key)
         if actions is None:
@@ -310,8 +311,8 @@ def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
                 lines.append(f"| {kind} | {cameras} | {dtype} | {side} | failed: {s['error'][-200:]!r} ||||||| FAIL ||")
                 continue
             e, b = c.get("errors", {}), c.get("bound", {})
-            checked = (f"{e.get('rms', nan):.2e} / {e.get('max', nan):.2e} ({b.get('rms', nan):.0e} / "
-                       f"{b.get('max', nan):.0e} vs {b.get('reference', '?')})" if e else c.get("why", "not checked"))
+            checked = (f"{e.get('rms', nan):.2e} / {e.get('max', nan):.2e} ({b.get('rms', nan):.2g} / "
+                       f"{b.get('max', nan):.2g} vs {b.get('reference', '?')})" if e else c.get("why", "not checked"))
             vs32 = c.get("vs_float32", e).get("rms", nan) if e else nan
             if "replan_p50_ms" not in s:
                 lines.append(f"| {kind} | {cameras} | {dtype} | {side} | | | | | {checked} | {vs32:.2e} | {verdict} "

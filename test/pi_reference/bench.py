@@ -11,7 +11,8 @@ actions kept, for the benchmark to compare with ours. Every episode runs
 ``select_action``'s queue logic with the noise of our counter stream (seed 0)
 passed to ``predict_action_chunk``, so the noise is drawn outside the compiled
 ``sample_actions``. ``widen_to_float32``: the policy is loaded in the spec's dtype
-(LeRobot's cast) and then run in float32 (the bf16-weights reference). Writes the times, the actions and the peak
+(LeRobot's cast) and then run in float32 (the bf16-weights reference): the parameters as the cast rounded them,
+the RoPE frequencies exact (``exact_rope``). Writes the times, the actions and the peak
 device memory to the spec's ``out`` file (JSON + safetensors).
 """
 from __future__ import annotations
@@ -46,6 +47,21 @@ def load_policy(directory: Path, kind: str, dtype: str, compile_model: bool, com
     return policy.to(device).eval(), config
 
 
+def exact_rope(policy: torch.nn.Module) -> None:
+    """Give every rotary embedding back its float32 frequencies. LeRobot's bf16 cast (``module.to(bfloat16)``)
+    also rounds the ``inv_freq`` buffers (1 / 10000^(i/d): 0.9306 becomes 0.9297), which at the published
+    prefix (about 560 positions) turns each angle by up to half a radian; widening does not undo that. They are
+    not weights: our bf16 keeps them exact, and the reference of bf16 sides computes with the rounded
+    parameters and exact frequencies (LeRobot's own bf16 sides then show their rounding as error: the race
+    on an H100 of 2026-12-07, 6350a6f, had ours 8.5e-2 from the rounded-frequency reference, 2.2e-2 from
+    float32, LeRobot compiled 1.2e-2 / 8.2e-2). transformers keeps the float32 originals in
+    ``original_inv_freq``, a plain attribute the cast does not touch."""
+    for module in policy.modules():
+        original = getattr(module, "original_inv_freq", None)
+        if original is not None and hasattr(module, "inv_freq"):
+            module.inv_freq = original.to(device=module.inv_freq.device, dtype=torch.float32)
+
+
 def main(spec_path: str) -> None:
     from safetensors.torch import load_file, save_file
 
@@ -63,6 +79,7 @@ def main(spec_path: str) -> None:
         # the weights a bf16 side computes with (LeRobot's own bf16 cast), in float32 arithmetic: the reference
         # of bf16 sides (benchmarks/action_checks.py)
         policy.to(torch.float32)
+        exact_rope(policy)
         config.dtype = "float32"
     pre, post = processors(config, directory)
     raw = load_file(spec["observations"])
