@@ -27,10 +27,10 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("dtype", "auto", "Weights/state dtype: 'auto' (LLM: float32 on cpu, bfloat16 on cuda; "
              "policy: float32), 'float32', 'bfloat16', 'float16' (a LeRobot policy's networks).", True,
              choices=("auto", "float32", "bfloat16", "float16")),
-    ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (SmolVLA, π0, π0.5): "
+    ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (SmolVLA, π0, π0.5, GR00T): "
              "'exact' (LeRobot's operations, bit-identical to it on CPU; for parity checks and debugging), 'fast' (the "
              "same plan and state in fused kernels: folded norms, fused projections, SDPA; equal to 'exact' "
-             "within rounding), 'fp8' (π0 / π0.5: 'fast' with the language model's and the expert's weights in "
+             "within rounding; GR00T: fixed shapes and key masks, no fused kernels yet), 'fp8' (π0 / π0.5: 'fast' with the language model's and the expert's weights in "
              "float8 E4M3, a scale per output row: half their memory; run with dtype bfloat16; refused by other "
              "policies), 'auto' (fast on CUDA, exact on CPU). Other policies ignore exact / fast.", True,
              choices=("auto", "exact", "fast", "fp8")),

@@ -16,6 +16,13 @@ The flow: noise at t = 0, ``num_inference_timesteps`` Euler steps of ``dt = 1 / 
 ``int(i / N * num_timestep_buckets)``; the DiT sees ``[state token, future tokens, action tokens]`` and the
 velocity is the decoder's output at the action tokens. Cross-attention (even blocks when
 ``interleave_self_attention``) attends to every backbone token, padding included, as LeRobot does.
+
+Why ``key_mask``: LeRobot (and ``exact``) give the head only the prompt's rows, so every key is a real token. The
+``fast`` numerics give it a fixed number of rows (the prompt buffer's capacity, zero past the prompt) so that
+no shape depends on the prompt; ``key_mask`` (B, 1, 1, rows), True at the prompt's rows, then keeps the padding
+out of the VL self-attention's keys and every cross-attention block's keys, which makes the function the
+unpadded one again (padded query rows of the VL self-attention are computed and never read). ``None`` (exact):
+SDPA without a mask, LeRobot's call.
 """
 from __future__ import annotations
 
@@ -138,13 +145,14 @@ class Attention(nn.Module):
         return (k.view(b, -1, self.heads, head_dim).transpose(1, 2),
                 v.view(b, -1, self.heads, head_dim).transpose(1, 2))
 
-    def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """Self-attention, or cross-attention to keys and values made by ``keys_values``."""
+    def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None, key_mask: Tensor | None = None) -> Tensor:
+        """Self-attention, or cross-attention to keys and values made by ``keys_values``; ``key_mask``
+        (B, 1, 1, keys), True at the keys that take part (module doc), or None: every key."""
         b = x.shape[0]
         q = self.to_q(x)
         k, v = kv if kv is not None else self.keys_values(x)
         q = q.view(b, -1, self.heads, k.shape[-1]).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=0.0, is_causal=False)
         out = out.transpose(1, 2).reshape(b, -1, self.heads * k.shape[-1]).to(q.dtype)
         return self.to_out[0](out)
 
@@ -193,13 +201,13 @@ class Block(nn.Module):
         self.width = width
 
     def forward(self, x: Tensor, kv: tuple[Tensor, Tensor] | None = None,
-                scale_shift: tuple[Tensor, Tensor] | None = None) -> Tensor:
+                scale_shift: tuple[Tensor, Tensor] | None = None, key_mask: Tensor | None = None) -> Tensor:
         if self.ada:
             one_plus_scale, shift = scale_shift
             h = F.layer_norm(x, (self.width,), eps=1e-5) * one_plus_scale + shift
         else:
             h = self.norm1(x)
-        x = self.attn1(h, kv) + x
+        x = self.attn1(h, kv, key_mask) + x
         return self.ff(self.norm3(x)) + x
 
 
@@ -250,9 +258,9 @@ class SelfAttentionTransformer(nn.Module):
         self.transformer_blocks = nn.ModuleList(Block(s.width, s.heads, s.head_dim, None, ada=False)
                                                 for _ in range(s.layers))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, key_mask: Tensor | None = None) -> Tensor:
         for block in self.transformer_blocks:
-            x = block(x)
+            x = block(x, key_mask=key_mask)
         return x
 
 
@@ -288,10 +296,12 @@ class FlowmatchingActionHead(nn.Module):
             self.position_embedding = nn.Embedding(s.max_seq_len, s.input_embedding_dim)
 
     # --- once per replan ----------------------------------------------------------------------------------
-    def condition(self, backbone_features: Tensor) -> list[tuple[Tensor, Tensor] | None]:
+    def condition(self, backbone_features: Tensor,
+                  key_mask: Tensor | None = None) -> list[tuple[Tensor, Tensor] | None]:
         """Keys and values of the conditioned backbone features for each cross-attention block (None for a
-        self-attention block)."""
-        vl = self.vl_self_attention(self.vlln(backbone_features))
+        self-attention block); ``key_mask``: the backbone rows the VL self-attention's keys take (module doc)."""
+        vl = self.vlln(backbone_features)
+        vl = self.vl_self_attention(vl, key_mask) if self.sizes.use_vlln else self.vl_self_attention(vl)
         return [None if self.model.self_attending(i) else block.attn1.keys_values(vl)
                 for i, block in enumerate(self.model.transformer_blocks)]
 
@@ -320,8 +330,9 @@ class FlowmatchingActionHead(nn.Module):
 
     # --- once per flow step -------------------------------------------------------------------------------------
     def velocity(self, actions: Tensor, step: int, state_token: Tensor, kv: list[tuple[Tensor, Tensor] | None],
-                 embodiment: Tensor, tables: TimeTables) -> Tensor:
-        """The predicted velocity (B, horizon, action_dim) of the noisy ``actions`` at flow step ``step``."""
+                 embodiment: Tensor, tables: TimeTables, key_mask: Tensor | None = None) -> Tensor:
+        """The predicted velocity (B, horizon, action_dim) of the noisy ``actions`` at flow step ``step``;
+        ``key_mask``: the backbone rows the cross-attention blocks attend to (None: all)."""
         s, b = self.sizes, actions.shape[0]
         if tables.batch != b:
             raise ValueError(f"time tables made for batch {tables.batch}, actions of batch {b}")
@@ -331,19 +342,20 @@ class FlowmatchingActionHead(nn.Module):
         future = self.future_tokens.weight.unsqueeze(0).expand(b, -1, -1)
         x = torch.cat((state_token, future, tokens), dim=1)
         for block, block_kv, scale_shift in zip(self.model.transformer_blocks, kv, tables.blocks[step]):
-            x = block(x, block_kv, scale_shift)
+            x = block(x, block_kv, scale_shift, None if block_kv is None else key_mask)
         one_plus_scale, shift = tables.output[step]
         x = F.layer_norm(x, (x.shape[-1],), eps=1e-6) * one_plus_scale + shift
         pred = self.action_decoder(self.model.proj_out_2(x), embodiment)
         return pred[:, -s.action_horizon:]
 
     def sample(self, backbone_features: Tensor, state: Tensor, embodiment: Tensor, noise: Tensor,
-               tables: TimeTables | None = None) -> Tensor:
-        """One whole chunk (B, horizon, action_dim): LeRobot's ``get_action`` with ``noise`` as its draw."""
+               tables: TimeTables | None = None, key_mask: Tensor | None = None) -> Tensor:
+        """One whole chunk (B, horizon, action_dim): LeRobot's ``get_action`` with ``noise`` as its draw;
+        ``key_mask`` (B, 1, 1, rows): the valid backbone rows (padded features, module doc), None: all rows."""
         tables = tables or self.time_tables(noise.shape[0])
-        kv = self.condition(backbone_features)
+        kv = self.condition(backbone_features, key_mask)
         state_token = self.embed_state(state, embodiment)
         actions, dt = noise, 1.0 / self.sizes.num_inference_timesteps
         for step in range(self.sizes.num_inference_timesteps):
-            actions = actions + dt * self.velocity(actions, step, state_token, kv, embodiment, tables)
+            actions = actions + dt * self.velocity(actions, step, state_token, kv, embodiment, tables, key_mask)
         return actions

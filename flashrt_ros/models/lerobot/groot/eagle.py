@@ -9,8 +9,11 @@ What GR00T reads of Eagle: the SigLIP features of the layer ``select_layer`` of 
 (``hidden_states[k]``: after k encoder layers, before ``post_layernorm``; the tower's pooling head is computed by
 LeRobot and never read), projected to the LLM's width by ``mlp1`` and written over the ``<IMG_CONTEXT>`` token
 rows; then the language model cut to its first ``select_layer`` layers, and its final RMSNorm. The LLM's head
-(logits over the vocabulary) is never needed. One prompt without padding is what the engine runs (batch 1):
-the causal mask is then SDPA's own.
+(logits over the vocabulary) is never needed. One prompt without padding is what ``exact`` runs (batch 1):
+the causal mask is then SDPA's own. ``fast`` runs the prompt buffer's whole capacity, right-padded: the causal
+mask keeps the padding out of every prompt row, so no other mask is needed; it writes the image tokens with
+``embed_fixed`` (a gather, no shape that depends on the ids) and takes the RoPE tables of its fixed positions
+once (``rope_table``).
 """
 from __future__ import annotations
 
@@ -206,11 +209,30 @@ class EagleModel(nn.Module):
         x[rows] = x[rows] * 0.0 + image_tokens.reshape(-1, c)
         return x.reshape(b, n, c)
 
-    def features(self, embeddings: Tensor) -> Tensor:
-        """The cut language model over one unpadded prompt: (B, T, width) after its final norm."""
+    def embed_fixed(self, input_ids: Tensor, image_tokens: Tensor) -> Tensor:
+        """``embed``'s values with device ops of fixed shapes (``fast``): the k-th image-token row takes image
+        token k by a gather over the running count of image-token ids, not by a boolean index (whose result
+        shape is read on the host). The prompt holds exactly as many image-token ids as there are image tokens
+        (``GrootPolicy.write_instruction`` checks it); the count is clamped so that no index leaves the table."""
+        x = self.language_model.model.embed_tokens(input_ids)
+        c = x.shape[-1]
+        tokens = image_tokens.reshape(-1, c)
+        rows = input_ids == self.sizes.image_token_id
+        order = (rows.reshape(-1).cumsum(0) - 1).clamp(0, tokens.shape[0] - 1)
+        written = tokens.index_select(0, order).view_as(x)
+        return torch.where(rows.unsqueeze(-1), x * 0.0 + written, x)
+
+    def rope_table(self, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``(cos, sin)`` (1, length, head_dim) of positions 0 .. length - 1, as ``features`` makes them."""
+        return rope(torch.arange(length, device=device).unsqueeze(0), self.sizes.text, dtype)
+
+    def features(self, embeddings: Tensor, rope_table: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """The cut language model over one prompt (``exact``: unpadded; ``fast``: right-padded, module doc):
+        (B, T, width) after its final norm. ``rope_table``: ``rope_table(T)`` made beforehand, or None."""
         lm = self.language_model.model
-        positions = torch.arange(embeddings.shape[1], device=embeddings.device).unsqueeze(0)
-        cos, sin = rope(positions, self.sizes.text, embeddings.dtype)
+        if rope_table is None:
+            rope_table = self.rope_table(embeddings.shape[1], embeddings.device, embeddings.dtype)
+        cos, sin = rope_table
         x = embeddings
         for layer in lm.layers:
             x = layer(x, cos, sin)

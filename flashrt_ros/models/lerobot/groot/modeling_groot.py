@@ -1,4 +1,4 @@
-"""A LeRobot GR00T N1.5 checkpoint as an arena-backed ``PolicyModule`` (``exact`` numerics, CPU first).
+"""A LeRobot GR00T N1.5 checkpoint as an arena-backed ``PolicyModule`` (``exact`` on the CPU, ``fast`` anywhere).
 
 State (every buffer under ``policy.groot.`` and ``policy.rng.``):
 
@@ -20,10 +20,27 @@ state into ``state``, the language model over the prompt with the image tokens w
 (``_encode_prompt``), the action head's four flow steps from the plan's noise over them (``_denoise``); the
 queue refilled. The engine's capsule verbs come from that split: ``redraw`` runs only the action head, and
 ``replan_from_context`` (``engine.vla.reinstruct``) the language model and the action head, not SigLIP: the
-LLM attends over the image tokens and the instruction together, so a new instruction needs it again. The
-prompt's and the features' lengths are read on the host (``exact`` runs one unpadded prompt, as LeRobot does at
-batch 1: the DiT attends to every backbone token, so padding would change the actions); a captured plan needs
-the ``fast`` numerics, not built yet, so CUDA is refused.
+LLM attends over the image tokens and the instruction together, so a new instruction needs it again.
+
+Numerics (``use_numerics``, once, at load):
+
+* ``exact`` reads the prompt's and the features' lengths on the host and runs one unpadded prompt, as LeRobot
+  does at batch 1: the DiT attends to every backbone token, so padding would change the actions. Bit-identical
+  to LeRobot on the CPU; CUDA is refused (a host read cannot be captured, and parity is measured on the CPU);
+* ``fast`` runs the same function with every shape fixed by the prompt buffer's capacity and no host read, so a
+  replan, a redraw and a replan from context can be captured as CUDA graphs. The language model runs over all
+  ``prompt_capacity`` rows (right-padded with id 0): its causal attention keeps the padding out of the prompt's
+  rows. The features' length is copied on the device from the prompt's and the rows past it are zeroed by a
+  device mask (the capsule holds what ``exact``'s does). The action head then takes all rows with a key mask made
+  on the device from ``features_len``: the VL self-attention's keys and every DiT cross-attention block's keys
+  are the prompt's rows only, which is why the padding does not move the actions (without the mask it would);
+  the rows past ``features_len`` are computed over but weigh exactly 0, so what a restore leaves there (a
+  capsule copies the live rows only) changes no bit.
+  The flow's time tables and the language model's RoPE table are made once per device and kept (pure functions
+  of the weights, which are loaded before the first plan). What may differ from ``exact`` is the rounding of
+  products over more rows and of masked attention: equal within float32 rounding, not promised bit-identical
+  (``test_groot_fast.py`` declares the bound; on its CPU the episode measured bit-identical). float32 only:
+  LeRobot's bf16 autocast is not reproduced and its parity not measured.
 """
 from __future__ import annotations
 
@@ -35,7 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, jsonable
-from flashrt_ros.models.lerobot.groot.action_head import FlowmatchingActionHead
+from flashrt_ros.models.lerobot.groot.action_head import FlowmatchingActionHead, TimeTables
 from flashrt_ros.models.lerobot.groot.configuration_groot import GrootConfig, read_groot_config
 from flashrt_ros.models.lerobot.groot.eagle import EagleBackbone
 from flashrt_ros.models.lerobot.groot.processor_groot import (EaglePrompt, eagle_pixels, normalize_state,
@@ -78,6 +95,7 @@ class GrootPolicy(PolicyModule):
     FEATURES, FEATURES_LEN = PREFIX + "features", PREFIX + "features_len"
     QUEUE, LEFT = PREFIX + "queue", PREFIX + "queue_left"
     RNG_SEED, PLANS = RNG_SEED, RNG_PLANS
+    #: ``exact`` (LeRobot's bits on the CPU) or ``fast`` (fixed shapes, no host read; module doc)
     numerics = "exact"
 
     def __init__(self, cfg: GrootConfig, stats: Mapping[str, Tensor], instruction: str = "") -> None:
@@ -94,6 +112,10 @@ class GrootPolicy(PolicyModule):
         self.register_buffer("state_max", stats["observation.state.max"].float().flatten(), persistent=False)
         self.register_buffer("action_min", stats["action.min"].float().flatten(), persistent=False)
         self.register_buffer("action_max", stats["action.max"].float().flatten(), persistent=False)
+        # the embodiment id on the policy's device (a device tensor made per plan would be a host-to-device copy)
+        self.register_buffer("embodiment", torch.tensor([cfg.embodiment_id], dtype=torch.int64), persistent=False)
+        #: fast: per device, what a plan's fixed shapes fix (the flow's time tables, the LLM's RoPE table)
+        self._fixed: dict[torch.device, tuple[TimeTables, tuple[Tensor, Tensor]]] = {}
         self.prompt_capacity = len(self.prompt.ids("", len(cfg.cameras))[0]) + INSTRUCTION_ROOM
         self.set_default_instruction(instruction)
 
@@ -109,12 +131,18 @@ class GrootPolicy(PolicyModule):
                                                                        for k, v in asdict(self.cfg).items()})}
 
     def use_numerics(self, numerics: str) -> None:
-        """Only ``exact`` so far: GR00T's ``fast`` numerics (and with them CUDA graphs) are not built."""
-        if numerics != "exact":
-            raise InvalidArgument(f"GR00T: numerics {numerics!r} is not built yet; use exact (on the CPU)")
+        """``exact`` or ``fast`` (module doc), chosen once, at load: ``exact`` -> ``fast``, not back (the capsule
+        fingerprint names the numerics, ``config``)."""
+        if numerics == self.numerics:
+            return
+        if numerics != "fast" or self.numerics != "exact":
+            raise InvalidArgument(f"GR00T: numerics {numerics!r} after {self.numerics!r}: exact or fast, chosen "
+                                  f"once, at load")
+        self.numerics = numerics
 
     def cast(self, dtype: torch.dtype) -> None:
-        """float32 only so far (the parity-checked precision; LeRobot's bf16 autocast is not reproduced)."""
+        """float32 only so far, in both numerics (the parity-checked precision; LeRobot's bf16 autocast is not
+        reproduced and its parity not measured)."""
         if dtype != torch.float32:
             raise InvalidArgument(f"GR00T runs in float32 so far, not {dtype}")
 
@@ -210,8 +238,9 @@ class GrootPolicy(PolicyModule):
         nothing, ``action_queue`` says why)."""
         if guide is not None:
             raise InvalidArgument("GR00T: Real-Time Chunking is not supported yet")
-        if arena[self.QUEUE].device.type == "cuda":
-            raise InvalidArgument("GR00T runs exact numerics on the CPU only so far (its captured plan is not built)")
+        if self.numerics == "exact" and arena[self.QUEUE].device.type == "cuda":
+            raise InvalidArgument("GR00T's exact numerics run on the CPU only (they read lengths on the host); "
+                                  "use numerics fast on CUDA")
         eagle = self._groot_model.backbone.eagle_model
         frames = [observation[cam] for cam in self.cfg.cameras]
         arena[self.IMAGES].copy_(eagle.image_tokens(eagle_pixels(frames, eagle.sizes.image_size)).flatten(0, 1))
@@ -237,6 +266,8 @@ class GrootPolicy(PolicyModule):
     def _encode_prompt(self, arena: StateArena) -> None:
         """The language model over the prompt with the stored image tokens written in, through ``eagle_linear``,
         into ``features`` (rows past the prompt zeroed) and its length into ``features_len``."""
+        if self.numerics == "fast":
+            return self._encode_fixed(arena)
         eagle = self._groot_model.backbone.eagle_model
         length = int(arena[self.PROMPT_LEN].item())           # exact: one unpadded prompt (module doc)
         ids = arena[self.PROMPT][:length].unsqueeze(0)
@@ -246,17 +277,53 @@ class GrootPolicy(PolicyModule):
         arena[self.FEATURES][length:].zero_()
         arena[self.FEATURES_LEN].fill_(length)
 
+    def _encode_fixed(self, arena: StateArena) -> None:
+        """``fast``'s ``_encode_prompt``: the language model over every row of the prompt buffer (causal: the
+        padding after the prompt reaches none of its rows), the length copied and the rows past it zeroed on
+        the device."""
+        eagle = self._groot_model.backbone.eagle_model
+        ids = arena[self.PROMPT].unsqueeze(0)
+        _tables, rope_table = self._fixed_tables(ids.device)
+        features = self._groot_model.backbone.eagle_linear(
+            eagle.features(eagle.embed_fixed(ids, arena[self.IMAGES].unsqueeze(0)), rope_table))[0]
+        valid = torch.arange(self.prompt_capacity, device=ids.device) < arena[self.PROMPT_LEN]
+        arena[self.FEATURES].copy_(torch.where(valid.unsqueeze(1), features, features.new_zeros(())))
+        arena[self.FEATURES_LEN].copy_(arena[self.PROMPT_LEN])
+
+    def _fixed_tables(self, device: torch.device) -> tuple[TimeTables, tuple[Tensor, Tensor]]:
+        """``fast``: the action head's time tables (batch 1) and the language model's RoPE table of the prompt
+        buffer's positions, made on first use on ``device`` and kept (pure functions of the weights)."""
+        if device not in self._fixed:
+            eagle = self._groot_model.backbone.eagle_model
+            with torch.no_grad():
+                self._fixed[device] = (self._groot_model.action_head.time_tables(1),
+                                       eagle.rope_table(self.prompt_capacity, device, self.dtype))
+        return self._fixed[device]
+
+    def key_mask(self, arena: StateArena) -> Tensor:
+        """``fast``: (1, 1, 1, prompt_capacity), True at the stored features' valid rows (``features_len``), made
+        on the device. At least row 0: a redraw before any replan, or a graph's warm-up on the cold state, has no
+        valid row, and what SDPA makes of a query with every key masked depends on its backend (zeros or NaN);
+        with row 0 kept it draws from one zero feature row, ``exact``'s function over ``features[:1]``."""
+        rows = torch.arange(self.prompt_capacity, device=arena[self.FEATURES_LEN].device)
+        return (rows < arena[self.FEATURES_LEN].clamp(min=1)).view(1, 1, 1, -1)
+
     def _denoise(self, arena: StateArena, counter: Tensor) -> None:
         """The action head's flow steps from plan ``counter``'s noise over the stored features, state and
         embodiment; the chunk's last n_action_steps rows into the queue."""
         head = self._groot_model.action_head
-        length = int(arena[self.FEATURES_LEN].item())         # exact: the unpadded rows (module doc)
-        features = arena[self.FEATURES][:length].unsqueeze(0)
+        tables, key_mask = None, None
+        if self.numerics == "fast":                            # every row, the padding masked (module doc)
+            features = arena[self.FEATURES].unsqueeze(0)
+            tables, _rope = self._fixed_tables(features.device)
+            key_mask = self.key_mask(arena)
+        else:
+            length = int(arena[self.FEATURES_LEN].item())     # exact: the unpadded rows (module doc)
+            features = arena[self.FEATURES][:length].unsqueeze(0)
         s = head.sizes
         noise = normal(arena[self.RNG_SEED], counter, s.action_horizon * s.action_dim).view(1, s.action_horizon,
                                                                                          s.action_dim)
-        chunk = head.sample(features, arena[self.STATE_VEC].view(1, 1, -1),
-                            torch.tensor([self.cfg.embodiment_id], device=features.device), noise)
+        chunk = head.sample(features, arena[self.STATE_VEC].view(1, 1, -1), self.embodiment, noise, tables, key_mask)
         queue_chunk(chunk[0, s.action_horizon - self.cfg.n_action_steps:], arena[self.QUEUE], arena[self.LEFT])
 
     def planned_actions(self, arena: StateArena) -> Tensor:

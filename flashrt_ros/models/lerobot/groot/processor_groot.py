@@ -45,9 +45,14 @@ def to_uint8(frame: Tensor) -> Tensor:
 
 
 def eagle_pixels(frames: list[Tensor], tile: int) -> Tensor:
-    """(cameras, 3, tile, tile) float32 in [-1, 1] from (3, H, W) frames already in camera order."""
-    mean = (torch.tensor([0.5, 0.5, 0.5]) * (1.0 / (1 / 255))).view(-1, 1, 1)     # transformers' fused rescale
-    std = (torch.tensor([0.5, 0.5, 0.5]) * (1.0 / (1 / 255))).view(-1, 1, 1)
+    """(cameras, 3, tile, tile) float32 in [-1, 1] from (3, H, W) frames already in camera order.
+
+    Device ops only (no host read, no host-to-device copy: a captured plan runs it): transformers' fused rescale
+    ``0.5 * (1 / (1 / 255))`` is 127.5 in float32, made on the frames' device; a (3, 1, 1) tensor, not a Python
+    scalar, because a division by a scalar may be a product by its reciprocal (other bits)."""
+    device = frames[0].device
+    mean = torch.full((3, 1, 1), 127.5, dtype=torch.float32, device=device)
+    std = torch.full((3, 1, 1), 127.5, dtype=torch.float32, device=device)
     out = []
     for frame in frames:
         image = to_uint8(frame).unsqueeze(0)
