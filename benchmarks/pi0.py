@@ -265,8 +265,9 @@ def references(directory: Path, case: dict, dtypes: list[str], args, obs_file: P
     return out
 
 
-def check_row(row: dict, dtype_name: str, refs: dict, chunk: int) -> list[str]:
-    """Judge every side of the row (``benchmarks.action_checks.judge``); returns the failures."""
+def check_row(row: dict, dtype_name: str, refs: dict, chunk: int, policy: str = "pi0") -> list[str]:
+    """Judge every side of the row (``benchmarks.action_checks.judge``, ``policy``'s bounds); returns the
+    failures."""
     from benchmarks.action_checks import judge
     tensors = {k: v for k, v in refs.items() if isinstance(v, torch.Tensor)}
     failures = []
@@ -278,7 +279,7 @@ def check_row(row: dict, dtype_name: str, refs: dict, chunk: int) -> list[str]:
             failures.append(f"{side} {dtype_name} failed: {s['error'][-300:]}")
             continue
         actions = s.get("actions") if isinstance(s.get("actions"), torch.Tensor) else None
-        s["check"] = judge(side, dtype_name, actions, tensors, chunk)
+        s["check"] = judge(side, dtype_name, actions, tensors, chunk, policy)
         if not s["check"]["passed"]:
             missing = [f"{k}: {v[-200:]}" for k, v in refs.items() if isinstance(v, str)]
             failures.append(f"{side} {dtype_name}: {s['check']['why']}" + (f" ({'; '.join(missing)})" if missing

@@ -19,7 +19,9 @@ on the CPU, and every case's directory then holds:
 - ``reference_run.json`` (``reference_run``): the case, timings, versions.
 
 With ``replay=True``, ``run_reference`` reloads each case's checkpoint with LeRobot's loaders and replays the
-recorded inputs and noise into ``replay_actions.safetensors`` (``replay_record``; same keys).
+recorded inputs and noise into ``replay_actions.safetensors`` (``replay_record``; same keys). A case of
+``steps=0`` writes the checkpoint only (no episode, no ``reference_*.safetensors``): ``benchmarks/groot.py``'s
+``--build``, whose LeRobot sides run ``python -m groot_reference.bench`` (timed episodes on a GPU, ``bench.py``).
 """
 from __future__ import annotations
 
@@ -66,13 +68,16 @@ def reference_env(home: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths), GROOT_REFERENCE_HOME=str(home))
 
 
-def run_reference(cases: list[Case], spec_dir: Path, *, replay: bool = False, timeout_s: float = 1800.0) -> None:
+def run_reference(cases: list[Case], spec_dir: Path, *, replay: bool = False, timeout_s: float = 1800.0,
+                  threads: int = 1) -> None:
     """Build every case's checkpoint and LeRobot's episode on it (one process for all cases); with ``replay``,
-    reload every case's existing checkpoint and replay its recorded inputs and noise instead."""
+    reload every case's existing checkpoint and replay its recorded inputs and noise instead. ``threads``: the
+    process's torch threads (1: the tests' bits; more builds a published-size checkpoint faster)."""
     _require_installed()
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = spec_dir / ("groot_replay_spec.json" if replay else "groot_reference_spec.json")
-    spec.write_text(json.dumps({"cases": [asdict(c) for c in cases], "replay": replay}, indent=1))
+    spec.write_text(json.dumps({"cases": [asdict(c) for c in cases], "replay": replay, "threads": threads},
+                               indent=1))
     proc = subprocess.run([sys.executable, "-m", "groot_reference.reference", str(spec)],
                           env=reference_env(spec_dir / "groot_reference_home"), cwd=str(ROOT),
                           capture_output=True, text=True, timeout=timeout_s)

@@ -80,7 +80,7 @@ class Case:
     state: int = 6                         # the robot's state dim (zero-padded to max_state_dim)
     action: int = 5                        # the robot's action dim (the model predicts max_action_dim)
     n_action_steps: int = 16               # the action queue's maxlen (the model's chunk is always action_horizon)
-    steps: int = 20                        # select_action calls in the episode
+    steps: int = 20                        # select_action calls in the episode (0: the checkpoint only)
     task: str = "pick up the red cube"
     attn: str = "eager"                    # what the Eagle config's flash_attention_2 becomes: "eager" or "sdpa"
     use_bf16: bool = False                 # GrootConfig.use_bf16 (LeRobot's default True: bf16 autocast)
@@ -227,8 +227,10 @@ def load_checkpoint(case: Case):
 
 
 @contextmanager
-def noise_draws(drawn: list[torch.Tensor], replay: torch.Tensor | None = None):
-    """Record every ``torch.randn`` LeRobot makes inside the block; with ``replay``, return it instead of drawing."""
+def noise_draws(drawn: list[torch.Tensor], replay: torch.Tensor | None = None, keep: bool = True):
+    """Record every ``torch.randn`` LeRobot makes inside the block; with ``replay``, return it instead of drawing.
+    ``keep=False``: record a placeholder (``None``) per draw instead of a host copy (a timed step on a GPU must
+    not read the device: ``groot_reference.bench``)."""
     real = torch.randn
 
     def randn(*args, **kwargs):
@@ -240,7 +242,7 @@ def noise_draws(drawn: list[torch.Tensor], replay: torch.Tensor | None = None):
                 raise AssertionError(f"noise of shape {tuple(size)} drawn, {tuple(replay.shape)} recorded")
             out = replay.to(dtype=kwargs.get("dtype") or torch.get_default_dtype(),
                             device=kwargs.get("device") or "cpu").clone()
-        drawn.append(out.detach().cpu().clone())
+        drawn.append(out.detach().cpu().clone() if keep else None)
         return out
 
     torch.randn = randn
@@ -313,6 +315,12 @@ def reference(case: Case) -> None:
     t0 = time.perf_counter()
     policy, info = build_checkpoint(case)
     build_s = time.perf_counter() - t0
+    if case.steps == 0:                              # the checkpoint only (benchmarks/groot.py --build)
+        (case.path / "reference_run.json").write_text(json.dumps(
+            {"case": asdict(case), "build_s": build_s, "replan_s": [], **info}, indent=1))
+        print(f"[groot_reference] {case.directory}: {info['parameters']:,} parameters, built in {build_s:.1f} s "
+              f"(no episode)", flush=True)
+        return
     pre, post = load_checkpoint_processors(case)     # the episode runs the pipelines as saved
     inputs = observations(case)
     st = stats(case)

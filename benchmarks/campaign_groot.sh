@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GR00T N1.5 race (benchmarks.groot) on one lent GPU, in device commands on one warm machine (/tmp is kept
+# between them):
+#   benchmarks/campaign_groot.sh 1 OUT   the published-size checkpoint built by LeRobot's classes (GR00T-N1.5-3B
+#                                        shapes, seeded weights, CPU, ~19 GB written: base + checkpoint); the
+#                                        float32 reference (LeRobot eager, TF32 off, cached); ours-fast checked; the
+#                                        self-test (a DiT block skipped), which must fail the same bound; then
+#                                        LeRobot eager timed if the part's time allows
+#   benchmarks/campaign_groot.sh 2 OUT   LeRobot eager (if part 1 had no time for it), then LeRobot compiled
+#                                        (torch.compile of the Eagle backbone and the DiT, reduce-overhead) into the
+#                                        same JSON, checked against the cached reference
+# Carry .whl (LeRobot 0.4.4's wheels: scripts/reference_wheels.sh 3.12, without av: benchmarks/device_stubs/av
+# stands in) and .whl-groot (transformers 4.57.6, tokenizers 0.22.2, huggingface-hub 0.36.0, the pins of
+# requirements-groot-reference.txt: scripts/reference_wheels.sh 3.12 groot), e.g. run(carry=[".whl", ".whl-groot"]).
+# Nothing else: GR00T's Eagle assets are written by the harness (test/groot_reference/assets.py), peft and dm-tree
+# are stubbed (test/groot_reference/env.py). Every step is bounded so a command ends inside the device's 10 minutes;
+# what finished is copied to OUT after each step.
+set -uo pipefail
+PART="${1:?part 1 or 2}"; OUT="${2:?output directory}"; mkdir -p "$OUT"
+START=$(date +%s); LIMIT="${FLASHRT_CAMPAIGN_S:-570}"
+left() { echo $(( LIMIT - ($(date +%s) - START) )); }
+W=/tmp/campaign_groot; mkdir -p "$W"
+save() { tar -czf "$OUT/campaign_groot_part$PART.tar.gz" -C "$W" . 2>/dev/null; cp -f "$W"/*.md "$OUT"/ 2>/dev/null; true; }
+if [ ! -d /tmp/site ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+fi
+if [ ! -d /tmp/groot-ref ] && ls .whl-groot/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/groot-ref .whl-groot/*.whl
+fi
+mkdir -p .venv && ln -sfn /tmp/groot-ref .venv/groot-reference          # groot_reference.GROOT_REFERENCE_DIR
+export PYTHONPATH="/tmp/site:$PWD:$PWD/benchmarks/device_stubs" PYTHONUNBUFFERED=1
+export FLASHRT_COMMIT="${FLASHRT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+  ls /tmp/groot-ref | grep dist-info
+  echo "commit $FLASHRT_COMMIT part $PART"; } 2>&1 | tee -a "$W/machine.txt"
+CKPT=/tmp/groot_2cam; CACHE=/tmp/refcache
+RACE=(python3 -m benchmarks.groot --checkpoint "$CKPT" --episodes 3 --draws 3 --reference-cache "$CACHE"
+      --json "$W/groot_2cam.json" --out "$W/groot_2cam.md")
+if [ "$PART" = 1 ]; then
+  [ -f "$CKPT/bench_case.json" ] || timeout "$(left)" python3 -m benchmarks.groot --build "$CKPT" --threads 16 \
+    2>&1 | tail -3 | tee -a "$W/groot_race_log.txt"
+  du -sh "$CKPT" 2>&1 | tee -a "$W/groot_race_log.txt"; save
+  timeout "$(( $(left) - 20 ))" "${RACE[@]}" --sides ours-fast,selftest-skip-dit-block 2>&1 \
+    | tee -a "$W/groot_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
+  if [ "$(left)" -gt 150 ]; then
+    timeout "$(( $(left) - 20 ))" "${RACE[@]}" --sides lerobot 2>&1 | tee -a "$W/groot_race_log.txt"
+    echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
+  fi
+else
+  if ! grep -q '"lerobot"' "$W/groot_2cam.json" 2>/dev/null; then
+    timeout "$(( $(left) / 3 ))" "${RACE[@]}" --sides lerobot 2>&1 | tee -a "$W/groot_race_log.txt"
+    echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
+  fi
+  timeout "$(( $(left) - 20 ))" "${RACE[@]}" --sides compiled 2>&1 | tee -a "$W/groot_race_log.txt"
+  echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
+fi
+save
