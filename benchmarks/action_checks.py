@@ -16,7 +16,8 @@ Here:
   every angle (up to half a radian at the published prefix); our bf16 keeps them
   exact, so against the rounded-frequency reference our sides showed 8.5e-2 on an
   H100 (2026-12-07) while 2.2e-2 from float32, and a bound set on CPU where the
-  frequencies were exact could not hold (``pi_reference.bench.exact_rope``). Casting the weights to bf16 changes the *function*: on π0 at the
+  frequencies were exact could not hold (``pi_reference.bench.exact_rope``).
+  Casting the weights to bf16 changes the *function*: on π0 at the
   published size it moves the actions by 0.4 % RMS by itself on CPU
   (``docs/benchmarks/check_bounds.md``), the same for every bf16 side, on top of
   which a kernel bug of 1 % would hide. Against the second reference a bf16 side shows only its

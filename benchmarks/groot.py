@@ -38,7 +38,6 @@ Ours also: a fork's new noise draw (``redraw``: the action head only), a re-inst
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import subprocess
@@ -52,18 +51,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test"))            # the GR00T reference helpers (a checkout's test/)
 
-from benchmarks.pi0 import check_row, our_episode, write_observations  # noqa: E402
-from benchmarks.policies import capsule_times, machine  # noqa: E402
+from benchmarks.pi0 import TASK, check_row, engine_side, write_observations  # noqa: E402
+from benchmarks.policies import machine  # noqa: E402
 from benchmarks.race import summarize  # noqa: E402
-from benchmarks.timing import sync  # noqa: E402
-from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
-from flashrt_ros.engine.stats import percentile  # noqa: E402
-from flashrt_ros.engine.vla import reinstruct, set_instruction  # noqa: E402
 from flashrt_ros.models.lerobot import load_lerobot_policy  # noqa: E402
 
 POLICY = "groot"                                  # benchmarks.action_checks.POLICY_BOUNDS
-TASK = "pick up the red cube and put it in the box"
-OTHER_TASK = "open the drawer"
 SIDES = ("ours-fast", "lerobot", "compiled")
 #: deliberately broken forms of ours-fast (``break_policy``): each must fail ours-fast's bound
 SELF_TEST_SIDES = ("selftest-skip-dit-block",)
@@ -174,75 +167,14 @@ def lerobot_side(directory: Path, compiled: bool, args, obs_file: Path, noise_fi
 
 
 def our_side(directory: Path, obs: list[dict], args, device: torch.device, tmp: Path, selftest: str = "") -> dict:
-    """Our engine, ``numerics: fast``, float32: episodes, the checked episode (seed 0), fork draw, re-instruction
-    vs cold replan, capsules, device memory. ``selftest``: a deliberately broken form, only its checked episode."""
-    gib = 2 ** 30
-    memory = {}
-    if device.type == "cuda":
-        gc.collect()                                # the previous side's engine and graphs, if unreferenced
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        memory["start_gib"] = torch.cuda.memory_allocated() / gib
-    t0 = time.perf_counter()
-    policy = load_lerobot_policy(directory, numerics="fast")
-    if selftest:
-        break_policy(policy, selftest)
-    load_s = time.perf_counter() - t0
-    policy.set_default_instruction(TASK)            # every episode (reset) starts with it
-    if device.type == "cuda":
-        policy.to(device)
-        memory["weights_gib"] = torch.cuda.memory_allocated() / gib
-    t0 = time.perf_counter()
-    engine = PolicyEngine(policy, device=device, cuda_graph=device.type == "cuda", directory=str(tmp))
-    capture_s = time.perf_counter() - t0
-    if device.type == "cuda":
-        memory.update(engine_gib=torch.cuda.memory_allocated() / gib,
-                      engine_peak_gib=torch.cuda.max_memory_allocated() / gib)
-    ours_obs = [{k: v.to(device) for k, v in o.items()} for o in obs]
-
-    def checked(engine: PolicyEngine) -> torch.Tensor:
-        engine.capsules.reset(seed=0)
-        return torch.stack([engine.step(ours_obs[i % len(ours_obs)]).cpu() for i in range(args.check_steps)])
-    if selftest:
-        try:
-            return {"actions": checked(engine), "selftest": selftest}
-        finally:
-            engine.close()
-    try:
-        runs = [our_episode(engine, ours_obs, args.steps) for _ in range(args.warmup + args.episodes)]
-        result = summarize(runs[args.warmup:], ())
-        result["actions"] = checked(engine)
-        redraw, cold, fork = [], [], []
-        for i in range(args.draws):
-            t0 = time.perf_counter()
-            engine.redraw(i + 1)
-            sync(device)
-            redraw.append((time.perf_counter() - t0) * 1e3)
-        for i in range(args.draws):
-            engine.capsules.reset(seed=0)
-            set_instruction(engine, OTHER_TASK)
-            t0 = time.perf_counter()
-            engine.step(ours_obs[0])                 # a cold replan with the other instruction
-            cold.append((time.perf_counter() - t0) * 1e3)
-            engine.capsules.reset(seed=0)
-            engine.step(ours_obs[0])                 # the default instruction's plan: the fork's source
-            engine.capsules.snapshot("scene", overwrite=True)
-            engine.capsules.fork("scene", f"branch{i}")
-            engine.capsules.restore(f"branch{i}")
-            t0 = time.perf_counter()
-            reinstruct(engine, OTHER_TASK)
-            sync(device)
-            fork.append((time.perf_counter() - t0) * 1e3)
-        if device.type == "cuda":
-            memory["peak_gib"] = torch.cuda.max_memory_allocated() / gib
-        result.update(redraw_p50_ms=percentile(redraw, 50), cold_replan_p50_ms=percentile(cold, 50),
-                      reinstruct_p50_ms=percentile(fork, 50), peak_gib=memory.get("peak_gib", 0.0), memory=memory,
-                      load_s=load_s, capture_s=capture_s,
-                      capsule=capsule_times(engine, device, engine.arena.live_nbytes()))
-    finally:
-        engine.close()
-    del policy, engine
-    return result
+    """``benchmarks.pi0.engine_side`` for the checkpoint in ``numerics: fast``, float32. ``selftest``: a
+    deliberately broken form (``break_policy``), only its checked episode."""
+    def load() -> torch.nn.Module:
+        policy = load_lerobot_policy(directory, numerics="fast")
+        if selftest:
+            break_policy(policy, selftest)
+        return policy
+    return engine_side(load, obs, args, device, tmp, selftest)[0]
 
 
 def references(directory: Path, args, obs_file: Path, noise_file: Path, device: str, tmp: Path) -> dict:

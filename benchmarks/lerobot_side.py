@@ -199,3 +199,34 @@ def warm_up(run_episode: Callable[[], Any], compiled: bool, min_episodes: int, m
     delta = counter_delta(start, compile_counters())
     return {"warmup_s": time.perf_counter() - t0, "warmup_episodes": episodes, "settled": quiet or not compiled,
             "compiled_frames": compiles_in(delta), "counters": delta}
+
+
+def timed_episodes(episode: Callable[..., dict], spec: dict, device: torch.device, tag: str,
+                   **extra: Any) -> None:
+    """A LeRobot reference process's run (``test/pi_reference/bench.py``, ``test/groot_reference/bench.py``):
+    warm-up (a compiled policy: until an episode compiles nothing), ``spec["episodes"]`` timed episodes of
+    ``spec["steps"]``, then the checked episode of ``spec["check_steps"]`` (``episode(n, keep=True)`` returns its
+    ``actions``). Writes the actions to ``spec["out"]``'s ``.safetensors`` and the runs, peak device memory,
+    first episode (compilation included), warm-up and ``extra`` to ``spec["out"]`` (JSON)."""
+    import json
+
+    from safetensors.torch import save_file
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    runs: list[dict] = []
+    compiled = bool(spec["compile_model"])
+    warm = warm_up(lambda: runs.append(episode(spec["steps"])), compiled,
+                   max(spec["warmup"], 2 if compiled else 0), spec.get("compile_warmup_max", 6) if compiled
+                   else spec["warmup"]) if spec["warmup"] else {"warmup_s": 0.0, "warmup_episodes": 0, "settled": True}
+    first_episode_ms = runs[0]["episode_ms"] if runs else None              # compilation included
+    runs = []
+    for i in range(spec["episodes"]):
+        runs.append(episode(spec["steps"]))
+        print(f"[{tag}] {spec['name']}: episode {i} {runs[-1]['episode_ms']:.1f} ms", flush=True)
+    checked = episode(spec["check_steps"], keep=True)
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
+    out = Path(spec["out"])
+    save_file({"actions": checked.pop("actions").contiguous()}, str(out.with_suffix(".safetensors")))
+    out.write_text(json.dumps({"name": spec["name"], "runs": runs, "peak_bytes": peak,
+                               "first_episode_ms": first_episode_ms, "warmup": warm, **extra}, indent=1, default=str))
+    print(f"[{tag}] {spec['name']}: done, peak {peak / 2**30:.2f} GiB", flush=True)

@@ -60,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -150,11 +151,12 @@ def lerobot_side(directory: Path, kind: str, dtype: str, compiled: bool, args, o
             "actions": load_file(str(out.with_suffix(".safetensors")))["actions"]}
 
 
-def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict], args, device: torch.device,
-             tmp: Path, selftest: str = "") -> dict:
-    """Our engine: episodes, the checked episode (seed 0), fork draw, re-instruction vs cold replan, capsules,
-    device memory at each stage of the set-up, and (``--profile``) the replan's kernels and stage times.
-    ``selftest``: a deliberately broken form (``benchmarks.pi0_selftests``): only its checked episode."""
+def engine_side(load: Callable[[], torch.nn.Module], obs: list[dict], args, device: torch.device, tmp: Path,
+                selftest: str = "", **engine_kwargs) -> tuple[dict, torch.nn.Module, list[dict]]:
+    """Our engine on the policy ``load()`` makes (π0 / π0.5 here, GR00T in ``benchmarks.groot``): episodes, the
+    checked episode (seed 0), fork draw, re-instruction vs cold replan, capsules, device memory at each stage of
+    the set-up. ``selftest``: a deliberately broken form, only its checked episode. Returns the result, the
+    policy and the observations on ``device`` (for a profile after the engine is closed)."""
     gib = 2 ** 30
     memory = {}
     if device.type == "cuda":
@@ -163,12 +165,7 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
         torch.cuda.reset_peak_memory_stats()
         memory["start_gib"] = torch.cuda.memory_allocated() / gib      # > 0: the figures below include it
     t0 = time.perf_counter()
-    policy = load_lerobot_policy(directory, dtype=dtype, numerics=numerics)
-    if numerics != "exact":
-        policy.fast.attention = args.attention
-    if selftest:
-        from benchmarks.pi0_selftests import break_policy
-        break_policy(policy, selftest)
+    policy = load()
     load_s = time.perf_counter() - t0
     policy.set_default_instruction(TASK)            # every episode (reset) starts with it
     if device.type == "cuda":
@@ -176,25 +173,22 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
         memory["weights_gib"] = torch.cuda.memory_allocated() / gib
     t0 = time.perf_counter()
     engine = PolicyEngine(policy, device=device, cuda_graph=device.type == "cuda", directory=str(tmp),
-                          device_budget_bytes=4 << 30)
+                          **engine_kwargs)
     capture_s = time.perf_counter() - t0
     if device.type == "cuda":
         memory.update(engine_gib=torch.cuda.memory_allocated() / gib, engine_peak_gib=torch.cuda.max_memory_allocated()
                       / gib)
     ours_obs = [{k: v.to(device) for k, v in o.items()} for o in obs]
-    if selftest:
-        try:
-            engine.capsules.reset(seed=0)
-            return {"actions": torch.stack([engine.step(ours_obs[i % len(ours_obs)]).cpu()
-                                            for i in range(args.check_steps)]), "selftest": selftest}
-        finally:
-            engine.close()
+
+    def checked() -> torch.Tensor:
+        engine.capsules.reset(seed=0)
+        return torch.stack([engine.step(ours_obs[i % len(ours_obs)]).cpu() for i in range(args.check_steps)])
     try:
+        if selftest:
+            return {"actions": checked(), "selftest": selftest}, policy, ours_obs
         runs = [our_episode(engine, ours_obs, args.steps) for _ in range(args.warmup + args.episodes)]
         result = summarize(runs[args.warmup:], ())
-        engine.capsules.reset(seed=0)
-        result["actions"] = torch.stack([engine.step(ours_obs[i % len(ours_obs)]).cpu()
-                                         for i in range(args.check_steps)])
+        result["actions"] = checked()
         redraw, cold, fork = [], [], []
         for i in range(args.draws):
             t0 = time.perf_counter()
@@ -224,13 +218,28 @@ def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict]
                       capsule=capsule_times(engine, device, engine.arena.live_nbytes()))
     finally:
         engine.close()
-    if args.profile and device.type == "cuda":
+    return result, policy, ours_obs
+
+
+def our_side(directory: Path, dtype: torch.dtype, numerics: str, obs: list[dict], args, device: torch.device,
+             tmp: Path, selftest: str = "") -> dict:
+    """``engine_side`` for a π checkpoint in ``dtype`` and ``numerics``, and (``--profile``) the replan's kernels
+    and stage times. ``selftest``: a deliberately broken form (``benchmarks.pi0_selftests``)."""
+    def load() -> torch.nn.Module:
+        policy = load_lerobot_policy(directory, dtype=dtype, numerics=numerics)
+        if numerics != "exact":
+            policy.fast.attention = args.attention
+        if selftest:
+            from benchmarks.pi0_selftests import break_policy
+            break_policy(policy, selftest)
+        return policy
+    result, policy, ours_obs = engine_side(load, obs, args, device, tmp, selftest, device_budget_bytes=4 << 30)
+    if args.profile and device.type == "cuda" and not selftest:
         from benchmarks.pi_profile import kernel_table, stage_times
         result["kernels"] = kernel_table(policy, ours_obs[0])
         result["stages"] = stage_times(policy, ours_obs[0])
         print(f"[pi0] ours {numerics} {dtype}: {result['kernels']['kernels']} kernels, "
               f"{result['kernels']['device_ms']:.2f} ms of device time; stages {result['stages']}", flush=True)
-    del policy, engine
     return result
 
 

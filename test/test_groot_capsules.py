@@ -14,25 +14,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from tiny_groot import N, observation, run, tiny_checkpoint
 from flashrt_ros.engine.chunk_planner import ACTIVE, READY, ReplanConfig
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import reinstruct, set_instruction
 from flashrt_ros.models.lerobot.factory import load_lerobot_policy
 from flashrt_ros.models.lerobot.groot.modeling_groot import GrootPolicy
-from flashrt_ros.models.policy_features import STATE
 
 TASK = "pick up the red cube"
 OTHERS = ("put the cube in the box", "open the drawer", "stack the blue block")
-N = 5                                       # n_action_steps: the last 5 rows of the 16-row chunk are queued
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    from groot_reference import Case, run_reference
-    root = tmp_path_factory.mktemp("groot_capsules")
-    case = Case(directory=str(root / "a"), attn="sdpa", n_action_steps=N, steps=1)
-    run_reference([case], root / "spec")
-    return case.path
+    return tiny_checkpoint(tmp_path_factory.mktemp("groot_capsules"))
 
 
 def make_engine(checkpoint: Path, tmp_path, name: str = "e", replan: str = "sync") -> PolicyEngine:
@@ -43,20 +38,6 @@ def make_engine(checkpoint: Path, tmp_path, name: str = "e", replan: str = "sync
     engine = PolicyEngine(policy, directory=str(tmp_path / name), rollback_depth=4, replan=cfg)
     set_instruction(engine, TASK)
     return engine
-
-
-def observation(i: int, policy: GrootPolicy) -> dict[str, torch.Tensor]:
-    """Observation ``i``: a seeded state and a float frame in [0, 1] for every camera."""
-    cfg = policy.cfg
-    g = torch.Generator().manual_seed(100 + i)
-    obs = {STATE: torch.randn(cfg.state_dim, generator=g)}
-    for cam in cfg.cameras:
-        obs[cam] = torch.rand(cfg.image_shape, generator=g)
-    return obs
-
-
-def run(engine: PolicyEngine, start: int, n: int) -> torch.Tensor:
-    return torch.stack([engine.step(observation(start + i, engine.policy)) for i in range(n)])
 
 
 def count_calls(policy: GrootPolicy) -> dict[str, int]:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from host_reads import no_host_reads
+from tiny_groot import N, observation, run, tiny_checkpoint
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import reinstruct, set_instruction
 from flashrt_ros.models.lerobot.factory import load_lerobot_policy
@@ -23,7 +24,6 @@ from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.runtime.arena import StateArena
 from flashrt_ros.runtime.errors import FingerprintMismatch, InvalidArgument
 
-N = 5                                       # n_action_steps: the last 5 rows of the 16-row chunk are queued
 #: 210 of the 228 prompt rows (near the capacity), then 119 (109 rows of padding)
 LONG = "pick up the red cube on the left of the table and put it gently into the blue box by the window"
 SHORT = "open"
@@ -40,11 +40,7 @@ BOUND = 1e-5
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    from groot_reference import Case, run_reference
-    root = tmp_path_factory.mktemp("groot_fast")
-    case = Case(directory=str(root / "a"), attn="sdpa", n_action_steps=N, steps=1)
-    run_reference([case], root / "spec")
-    return case.path
+    return tiny_checkpoint(tmp_path_factory.mktemp("groot_fast"))
 
 
 def make_engine(checkpoint: Path, tmp_path, numerics: str = "fast", name: str = "e",
@@ -54,20 +50,6 @@ def make_engine(checkpoint: Path, tmp_path, numerics: str = "fast", name: str = 
     engine = PolicyEngine(policy, directory=str(tmp_path / name), rollback_depth=4)
     set_instruction(engine, instruction)
     return engine
-
-
-def observation(i: int, policy: GrootPolicy) -> dict[str, torch.Tensor]:
-    """Observation ``i``: a seeded state and a float frame in [0, 1] for every camera (resized to the tile)."""
-    cfg = policy.cfg
-    g = torch.Generator().manual_seed(100 + i)
-    obs = {STATE: torch.randn(cfg.state_dim, generator=g)}
-    for cam in cfg.cameras:
-        obs[cam] = torch.rand(cfg.image_shape, generator=g)
-    return obs
-
-
-def run(engine: PolicyEngine, start: int, n: int) -> torch.Tensor:
-    return torch.stack([engine.step(observation(start + i, engine.policy)) for i in range(n)])
 
 
 def episode(engine: PolicyEngine) -> torch.Tensor:

@@ -7,8 +7,8 @@ only on the policy's state: the queue, the encoded observation, the prompt and t
 uninterrupted episode runs ``STEPS`` steps from a reset (saved as a capsule) in two RunPolicy goals, split
 where the interrupted one is (a goal's end drops a chunk planned beside the loop: ``replan: async``); the
 interrupted one restores that start, runs ``BEFORE`` steps, snapshots, does other work (a reset, whose
-new seed draws other noise, and ``OTHER`` steps), restores and runs the rest. Its actions before the snapshot and after the restore must equal the
-uninterrupted episode's bit for bit (float32 on the wire, compared exactly).
+new seed draws other noise, and ``OTHER`` steps), restores and runs the rest. Its actions before the snapshot
+and after the restore must equal the uninterrupted episode's bit for bit (float32 on the wire, compared exactly).
 """
 from __future__ import annotations
 
@@ -93,7 +93,8 @@ class Actions:
 def groot_node(checkpoint, tmp_path_factory, ros_node, request):  # noqa: F811
     """``replan`` sync, or async with ``replan_late: wait`` (a plan merged two steps after its launch, exactly:
     the schedule, not the machine's speed, decides which chunk an action comes from)."""
-    params = {"replan": request.param, "replan_late": "wait", "replan_delay_steps": "2","engine_kind": "policy", "policy": f"lerobot:{checkpoint.directory}", "policy_instruction": TASK,
+    params = {"replan": request.param, "replan_late": "wait", "replan_delay_steps": "2",
+              "engine_kind": "policy", "policy": f"lerobot:{checkpoint.directory}", "policy_instruction": TASK,
               "device": "cpu", "run_mode": "goal", "qos_deadline_factor": "0.0", "control_rate_hz": "20.0",
               "input_state_topic": f"/{NAME}/state",
               "input_image_topics": f"[/{NAME}/cam0, /{NAME}/cam1]",

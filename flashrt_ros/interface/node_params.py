@@ -30,7 +30,8 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (SmolVLA, π0, π0.5, GR00T): "
              "'exact' (LeRobot's operations, bit-identical to it on CPU; for parity checks and debugging), 'fast' (the "
              "same plan and state in fused kernels: folded norms, fused projections, SDPA; equal to 'exact' "
-             "within rounding; GR00T: fixed shapes and key masks, no fused kernels yet), 'fp8' (π0 / π0.5: 'fast' with the language model's and the expert's weights in "
+             "within rounding; GR00T: fixed shapes and key masks, no fused kernels yet), 'fp8' (π0 / π0.5: "
+             "'fast' with the language model's and the expert's weights in "
              "float8 E4M3, a scale per output row: half their memory; run with dtype bfloat16; refused by other "
              "policies), 'auto' (fast on CUDA, exact on CPU). Other policies ignore exact / fast.", True,
              choices=("auto", "exact", "fast", "fp8")),

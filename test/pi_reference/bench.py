@@ -63,7 +63,7 @@ def exact_rope(policy: torch.nn.Module) -> None:
 
 
 def main(spec_path: str) -> None:
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from lerobot_reference import processors
     from pi_reference.reference import _install, plan_noise
@@ -121,26 +121,8 @@ def main(spec_path: str) -> None:
             out["actions"] = torch.stack(actions)
         return out
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    from benchmarks.lerobot_side import warm_up
-    runs = []
-    compiled = bool(spec["compile_model"])
-    warm = warm_up(lambda: runs.append(episode(spec["steps"])), compiled,
-                   max(spec["warmup"], 2 if compiled else 0), spec.get("compile_warmup_max", 6) if compiled
-                   else spec["warmup"]) if spec["warmup"] else {"warmup_s": 0.0, "warmup_episodes": 0, "settled": True}
-    first_episode_ms = runs[0]["episode_ms"] if runs else None              # compilation included
-    runs = []
-    for i in range(spec["episodes"]):
-        runs.append(episode(spec["steps"]))
-        print(f"[pi_bench] {spec['name']}: episode {i} {runs[-1]['episode_ms']:.1f} ms", flush=True)
-    checked = episode(spec["check_steps"], keep=True)
-    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
-    out = Path(spec["out"])
-    save_file({"actions": checked.pop("actions").contiguous()}, str(out.with_suffix(".safetensors")))
-    out.write_text(json.dumps({"name": spec["name"], "runs": runs, "peak_bytes": peak,
-                               "first_episode_ms": first_episode_ms, "warmup": warm}, indent=1, default=str))
-    print(f"[pi_bench] {spec['name']}: done, peak {peak / 2**30:.2f} GiB", flush=True)
+    from benchmarks.lerobot_side import timed_episodes
+    timed_episodes(episode, spec, device, "pi_bench")
 
 
 if __name__ == "__main__":
