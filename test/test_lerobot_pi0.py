@@ -44,6 +44,7 @@ from pi_reference.tokenizer import write_tokenizer
 from rtc_reference import engine_run
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import set_instruction
+from flashrt_ros.models.lerobot.factory import load_lerobot_policy
 from flashrt_ros.models.lerobot.pi0.modeling_pi0 import PI0Policy
 from flashrt_ros.models.policy_factory import make_policy
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -226,6 +227,25 @@ def test_vla_attention_parameter_reaches_the_fast_plan(checkpoints, tmp_path):
     assert engine.policy.numerics == "fast" and engine.policy.fast.attention == "kernel"
     expected = reference_record(case)["actions"][0]
     assert max_relative_error(engine.step(case_observations(case)[0]), expected) <= 1e-4
+
+
+def test_bf16_keeps_the_checkpoints_exact_values_where_lerobot_keeps_float32(checkpoints):
+    """In bf16, what LeRobot keeps in float32 (norms, SigLIP's patch and position embeddings, the projections
+    around the expert) is the checkpoint's float32 value to the bit, not a value rounded to bf16 and widened
+    back (the round trip of ``to(bf16)`` then ``float()``, which changed the function: a part of the bf16
+    error at the published size); everything else is the checkpoint's value rounded once to bf16."""
+    from safetensors.torch import load_file
+    directory = checkpoints["pi0_two_cameras_meanstd"].directory
+    stored = load_file(str(Path(directory) / "model.safetensors"))
+    weights = load_lerobot_policy(directory, dtype=torch.bfloat16).state_dict()
+    kept = {n for n, t in weights.items() if t.dtype == torch.float32}
+    assert any("input_layernorm" in n for n in kept) and any("action_out_proj" in n for n in kept)
+    assert any("patch_embedding" in n for n in kept) and not any("q_proj" in n for n in kept)
+    for name, value in stored.items():
+        if name in kept:
+            assert torch.equal(weights[name], value), name
+        elif name in weights:
+            assert weights[name].dtype == torch.bfloat16 and torch.equal(weights[name], value.bfloat16()), name
 
 
 def test_auto_dtype_is_bfloat16_for_pi_on_cuda_only(checkpoints):

@@ -69,3 +69,19 @@ def test_low_precision_matches_fp32(name, dtype, device, tmp_path):
     print(f"{name} {dtype} {device}: max error {err:.2e} of the largest action")
     assert err <= TOLERANCE[name.split("_")[0], dtype], f"{name} {dtype} {device}: {err:.3e}"
     assert not torch.equal(got, expected)          # the networks really ran in the low precision
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_kept_tensors_keep_their_exact_float32_values(name):
+    """The normalisation statistics (and ACT's ensembling weights) stay float32 with their exact values: no
+    round trip through the low precision (``precision.cast_keeping_float32``); the networks are cast."""
+    fp32 = POLICIES[name]()
+    # the tiny policies have no checkpoint, so an identity normaliser: a statistic bf16 cannot hold stands in
+    fp32.norm.register_buffer("mean_probe", torch.tensor([1 / 3, 0.1, 517.3]))
+    low = cast_networks(copy.deepcopy(fp32), torch.bfloat16)
+    assert not torch.equal(fp32.norm.mean_probe.bfloat16().float(), fp32.norm.mean_probe)
+    assert low.norm.mean_probe.dtype == torch.float32 and torch.equal(low.norm.mean_probe, fp32.norm.mean_probe)
+    for attr in ("ensemble_weights", "ensemble_weights_cumsum"):
+        if hasattr(fp32, attr):
+            assert getattr(low, attr).dtype == torch.float32 and torch.equal(getattr(low, attr), getattr(fp32, attr))
+    assert any(p.dtype == torch.bfloat16 for p in low.parameters())

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from flashrt_ros.models.lerobot.checkpoint import CONFIG, LeRobotCheckpoint, read_checkpoint
+from flashrt_ros.models.lerobot.precision import cast_keeping_float32
 from flashrt_ros.models.policy_interface import PolicyModule
 from flashrt_ros.runtime.errors import InvalidArgument
 
@@ -71,16 +72,14 @@ def cast_networks(policy: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modul
 
     Why: an action unnormalised in bf16 keeps ~3 significant digits (a PushT
     target near 500 px would move by 2 px); the arena state, the diffusion sample
-    and the scheduler arithmetic are fp32 too, so only the networks run in ``dtype``.
+    and the scheduler arithmetic are fp32 too, so only the networks run in ``dtype``. The kept tensors keep
+    their exact values (``precision.cast_keeping_float32``: no round trip through ``dtype``).
     """
     if hasattr(policy, "cast"):                  # a policy with its own mixed precision (π0)
         policy.cast(dtype)
         return policy
-    policy.to(dtype=dtype)
-    policy.norm.float()
-    for name in ("ensemble_weights", "ensemble_weights_cumsum"):       # ACT's temporal ensembling
-        if hasattr(policy, name):
-            setattr(policy, name, getattr(policy, name).float())
+    ensembling = [(policy, n) for n in ("ensemble_weights", "ensemble_weights_cumsum") if hasattr(policy, n)]  # ACT
+    cast_keeping_float32(policy, dtype, [policy.norm], ensembling)
     return policy
 
 

@@ -50,6 +50,7 @@ from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, feature_spe
 from flashrt_ros.models.lerobot.flow_time import flow_time_embeddings
 from flashrt_ros.models.lerobot.instruction import LanguageInstruction, PrefixedName
 from flashrt_ros.models.lerobot.normalize import PolicyNormalization
+from flashrt_ros.models.lerobot.precision import cast_keeping_float32
 from flashrt_ros.models.lerobot.pi0.configuration_pi0 import PALIGEMMA_TOKENIZER, PI0Config
 from flashrt_ros.models.lerobot.pi0.gemma import gqa_attention
 from flashrt_ros.models.lerobot.pi0.pi0_net import PiModel
@@ -145,17 +146,17 @@ class PI0Policy(LanguageInstruction, PolicyModule):
         return self.model.language_model.embed_tokens.weight.dtype
 
     def cast(self, dtype: torch.dtype) -> None:
-        """The networks in ``dtype`` (``cast_networks``), keeping in float32 what LeRobot keeps in float32 in
-        bf16 mode (norms, patch and position embeddings, the projections around the expert); the RoPE
+        """The networks in ``dtype`` (``cast_networks``), keeping in float32, with the checkpoint's exact values,
+        what LeRobot keeps in float32 in bf16 mode (norms, patch and position embeddings, the projections around
+        the expert: ``precision.cast_keeping_float32``, no round trip through bf16); the RoPE
         frequencies, time embeddings and normalisation statistics are not cast at all."""
         if dtype not in (torch.float32, torch.bfloat16):
             raise InvalidArgument(f"π0 runs in float32 or bfloat16, not {dtype}")
-        self.model.to(dtype=dtype)
         keep = ("patch_embedding", "position_embedding", "input_layernorm", "post_attention_layernorm",
                 "model.norm", "action_in_proj", "action_out_proj", "state_proj", "time_mlp")
-        for name, module in self.model.named_modules():
-            if any(k in name for k in keep) and next(module.children(), None) is None:
-                module.float()
+        cast_keeping_float32(self.model, dtype, [module for name, module in self.model.named_modules()
+                                                 if any(k in name for k in keep)
+                                                 and next(module.children(), None) is None])
         for stack in (self.model.language_model, self.model.expert):
             stack.inv_freq = rope_inv_freq(self.cfg.vlm.head_dim, self.cfg.vlm.rope_theta).to(stack.inv_freq.device)
 
