@@ -17,8 +17,8 @@ Here:
   exact, so against the rounded-frequency reference our sides showed 8.5e-2 on an
   H100 (2026-12-07) while 2.2e-2 from float32, and a bound set on CPU where the
   frequencies were exact could not hold (``pi_reference.bench.exact_rope``).
-  Casting the weights to bf16 changes the *function*: on π0 at the
-  published size it moves the actions by 0.4 % RMS by itself on CPU
+  Casting the weights to bf16 changes the *function*: on the race's π0
+  checkpoint it moves the first chunk by 1.2 % RMS by itself on CPU
   (``docs/benchmarks/check_bounds.md``), the same for every bf16 side, on top of
   which a kernel bug of 1 % would hide. Against the second reference a bf16 side shows only its
   arithmetic. Both are also reported against ``float32`` (the model error the
@@ -61,10 +61,18 @@ class Bound:
     basis: str
 
 
-_BF16_BASIS = ("π0 published size, CPU (benchmarks.check_power, docs/benchmarks/check_power_pi0_cpu.json): bf16 "
-               "arithmetic 3.1e-3 (exact) / 3.3e-3 (fast) RMS from the bf16-weights reference; broken fast forms 0.13 "
-               "(expert layer skipped), 4.7e-2 (expert head zeroed): the bound sits 4.5x above the one and 3x below the "
-               "other; the max bound only guards against a single wild action")
+#: the bf16 bound's rule, fixed before the measurement it is applied to: the geometric mean of the correct fast
+#: side's error and the weaker self-test's, both measured on the race's own checkpoint (same distance each way)
+_BF16_BASIS = ("π0 published size, the race's own checkpoint (LeRobot's initialisation), CPU, first chunk "
+               "(benchmarks.check_power --checkpoint --references, docs/benchmarks/check_power_pi0_race_cpu.json, "
+               "2026-12-07): bf16 arithmetic 1.53e-2 (exact) / 1.72e-2 (fast) RMS from the bf16-weights reference; "
+               "broken fast forms 0.21 (expert layer skipped), 4.4e-2 (expert head zeroed): the bound is their "
+               "geometric mean with the fast side, 1.6x above the one and 1.6x below the other. The first bound, "
+               "1.5e-2, rested on 3.1e-3 measured on another draw of weights (N(0, 0.02)), where bf16 moves a chunk "
+               "five times less; every correct bf16 side failed it (H200, 1f89ad2: ours-fast 1.89e-2). At this "
+               "checkpoint bf16 noise hides a zeroed language-model head (1.70e-2): the float32 rows, bound 1e-3, "
+               "are the check with power; this one catches what breaks only in bf16. The max bound only guards "
+               "against a single wild action")
 #: ``(side, dtype) -> Bound``. Sides: ``ours-fast``, ``ours-exact`` (our engine, captured), ``lerobot`` (eager),
 #: ``compiled`` (LeRobot's compile_model); self-test sides are judged by the bound of the side they break.
 BOUNDS: dict[tuple[str, str], Bound] = {
@@ -74,8 +82,8 @@ BOUNDS: dict[tuple[str, str], Bound] = {
                                     "fused kernels reorder float32 sums: 1e-5 at test sizes on CPU, x100 margin"),
     ("lerobot", "float32"): Bound(1e-4, 1e-3, FLOAT32_REFERENCE, "the reference's own process, run again"),
     ("compiled", "float32"): Bound(1e-3, 3e-3, FLOAT32_REFERENCE, "inductor's fused float32 kernels"),
-    ("ours-exact", "bfloat16"): Bound(1.5e-2, 5e-2, BF16_WEIGHTS_REFERENCE, _BF16_BASIS),
-    ("ours-fast", "bfloat16"): Bound(1.5e-2, 5e-2, BF16_WEIGHTS_REFERENCE, _BF16_BASIS),
+    ("ours-exact", "bfloat16"): Bound(2.8e-2, 5e-2, BF16_WEIGHTS_REFERENCE, _BF16_BASIS),
+    ("ours-fast", "bfloat16"): Bound(2.8e-2, 5e-2, BF16_WEIGHTS_REFERENCE, _BF16_BASIS),
     ("ours-fp8", "bfloat16"): Bound(0.2, 0.2, FLOAT32_REFERENCE,
                                     "float8 weights change the function: 8.9e-2 RMS / 5.9e-2 max from float32 at the "
                                     "published π0 size on CPU (check_power); the bound catches a broken float8 path "

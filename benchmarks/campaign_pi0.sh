@@ -2,12 +2,15 @@
 # The π0 campaign on one lent GPU, in device commands on one warm machine (/tmp is kept between them):
 #   benchmarks/campaign_pi0.sh 1 OUT   the kernels' GPU tests; the published-size checkpoint built; the race's
 #                                      references (LeRobot eager float32 on the checkpoint's weights and on its bf16
-#                                      weights with exact RoPE frequencies, cached); ours-fast, checked and profiled
-#                                      (benchmarks.pi0), then the two self-tests, which must fail the same bound
+#                                      weights with exact RoPE frequencies, cached); ours-fast bf16, checked and
+#                                      profiled (benchmarks.pi0); ours-fast float32 and its zero-head self-test
+#                                      against the float32 reference (bound 1e-3: the check with power)
 #   benchmarks/campaign_pi0.sh 2 OUT   LeRobot compiled (reduce-overhead: ~340 s of compiling) into the same JSON,
 #                                      checked against the cached references
-#   benchmarks/campaign_pi0.sh 3 OUT   ours-fp8 into the same JSON; our replan in three forms (benchmarks.pi0_replan,
-#                                      no LeRobot: what each kernel change does); the kernel sweep
+#   benchmarks/campaign_pi0.sh 3 OUT   the bf16 self-tests, which must fail ours-fast's bf16 bound; ours-fp8; our
+#                                      replan in three forms (benchmarks.pi0_replan, no LeRobot); the rounding
+#                                      measured on this GPU on the race's checkpoint (benchmarks.check_power
+#                                      --device cuda: to set beside the CPU's); the kernel sweep
 # On 2026-12-07 part 1 (then holding fp8 too) ran past its limit and part 2 was mostly compiling: hence three parts.
 # Carry .whl (scripts/reference_wheels.sh 3.12, without av: benchmarks/device_stubs/av stands in) and .whl-pi
 # (transformers 4.53.2, tokenizers 0.21.4, huggingface-hub 0.35.3). Every step is bounded so a command ends inside
@@ -38,16 +41,20 @@ if [ "$PART" = 1 ]; then
     | tee "$W/gpu_tests_kernels.txt"; save
   [ -f "$CKPT/bench_case.json" ] || timeout "$(left)" python3 -m benchmarks.pi0 --kind pi0 --cameras 2 --build "$CKPT" \
     2>&1 | tail -3 | tee -a "$W/pi0_race_log.txt"
-  timeout "$(( $(left) - 20 ))" "${RACE[@]}" --sides ours-fast,selftest-skip-layer,selftest-zero-head --profile 2>&1 \
+  timeout "$(( $(left) - 150 ))" "${RACE[@]}" --sides ours-fast --profile 2>&1 \
+    | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
+  timeout "$(( $(left) - 10 ))" "${RACE[@]/bfloat16/float32}" --sides ours-fast,selftest-zero-head 2>&1 \
     | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
 elif [ "$PART" = 2 ]; then
   timeout "$(( $(left) - 20 ))" "${RACE[@]}" --sides compiled 2>&1 | tee -a "$W/pi0_race_log.txt"
   echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
 else
-  timeout "$(( $(left) / 2 ))" "${RACE[@]}" --sides ours-fp8 2>&1 | tee -a "$W/pi0_race_log.txt"
-  echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
-  timeout "$(( $(left) / 2 ))" python3 -m benchmarks.pi0_replan --kind pi0 --cameras 2 --forms baseline,split,rows \
+  timeout "$(( $(left) / 2 ))" "${RACE[@]}" --sides selftest-skip-layer,selftest-zero-head,ours-fp8 2>&1 \
+    | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
+  timeout "$(( $(left) / 3 ))" python3 -m benchmarks.pi0_replan --kind pi0 --cameras 2 --forms baseline,split,rows \
     --json "$W/pi0_replan.json" 2>&1 | tee "$W/pi0_replan.txt"; save
+  timeout "$(( $(left) - 60 ))" python3 -m benchmarks.check_power --checkpoint "$CKPT" --references \
+    --reference-cache "$CACHE" --device cuda --json "$W/check_power_race_gpu.json" 2>&1 | tee "$W/check_power.txt"; save
   timeout "$(left)" python3 -m benchmarks.kernel_expert --quick --json "$W/kernel_expert.json" 2>&1 \
     | tee "$W/kernel_expert.txt"; save
 fi
