@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GR00T N1.5 race (benchmarks.groot) on one lent GPU, in device commands on one warm machine (/tmp is kept
 # between them):
-#   benchmarks/campaign_groot.sh 1 OUT   the published-size checkpoint built by LeRobot's classes (GR00T-N1.5-3B
+#   benchmarks/campaign_groot.sh 1 OUT   the GPU tests on the tiny checkpoint (test_groot_cuda: graphs vs eager,
+#                                        capsules through the graphs, the GPU vs the CPU); the published-size
+#                                        checkpoint built by LeRobot's classes (GR00T-N1.5-3B
 #                                        shapes, seeded weights, CPU, ~19 GB written: base + checkpoint); the
 #                                        float32 reference (LeRobot eager, TF32 off, cached); ours-fast checked; the
 #                                        self-test (a DiT block skipped), which must fail the same bound; then
@@ -38,6 +40,8 @@ CKPT=/tmp/groot_2cam; CACHE=/tmp/refcache
 RACE=(python3 -m benchmarks.groot --checkpoint "$CKPT" --episodes 3 --draws 3 --reference-cache "$CACHE"
       --json "$W/groot_2cam.json" --out "$W/groot_2cam.md")
 if [ "$PART" = 1 ]; then
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -rs -s test/test_groot_cuda.py 2>&1 | tail -15 \
+    | tee "$W/gpu_tests_groot.txt"; save
   [ -f "$CKPT/bench_case.json" ] || timeout "$(left)" python3 -m benchmarks.groot --build "$CKPT" --threads 16 \
     2>&1 | tail -3 | tee -a "$W/groot_race_log.txt"
   du -sh "$CKPT" 2>&1 | tee -a "$W/groot_race_log.txt"; save
