@@ -29,7 +29,9 @@ fi
 if [ ! -d /tmp/groot-ref ] && ls .whl-groot/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/groot-ref .whl-groot/*.whl
 fi
-mkdir -p .venv && ln -sfn /tmp/groot-ref .venv/groot-reference          # groot_reference.GROOT_REFERENCE_DIR
+# the device's fresh copy has no .venv: link the wheels' install there (a machine with its own keeps it)
+[ -d .venv/groot-reference ] && [ ! -L .venv/groot-reference ] \
+  || { mkdir -p .venv && ln -sfn /tmp/groot-ref .venv/groot-reference; }     # groot_reference.GROOT_REFERENCE_DIR
 export PYTHONPATH="/tmp/site:$PWD:$PWD/benchmarks/device_stubs" PYTHONUNBUFFERED=1
 export FLASHRT_COMMIT="${FLASHRT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader

@@ -12,6 +12,8 @@
 #                                      measured on this GPU on the race's checkpoint (benchmarks.check_power
 #                                      --device cuda: to set beside the CPU's); the kernel sweep
 # On 2026-12-07 part 1 (then holding fp8 too) ran past its limit and part 2 was mostly compiling: hence three parts.
+# FLASHRT_KIND=pi05 FLASHRT_CAMERAS=3 runs the same campaign for π0.5 with three cameras (its own checkpoint, JSON and
+# references; default pi0, 2 cameras).
 # Carry .whl (scripts/reference_wheels.sh 3.12, without av: benchmarks/device_stubs/av stands in) and .whl-pi
 # (transformers 4.53.2, tokenizers 0.21.4, huggingface-hub 0.35.3). Every step is bounded so a command ends inside
 # the device's 10 minutes; what finished is copied to OUT after each step.
@@ -19,6 +21,7 @@ set -uo pipefail
 PART="${1:?part 1, 2 or 3}"; OUT="${2:?output directory}"; mkdir -p "$OUT"
 START=$(date +%s); LIMIT="${FLASHRT_CAMPAIGN_S:-570}"
 left() { echo $(( LIMIT - ($(date +%s) - START) )); }
+upto() { local l=$(( $(left) - $1 )); echo $(( l > 5 ? l : 5 )); }      # what is left less $1 s, at least 5 s
 W=/tmp/campaign; mkdir -p "$W"
 save() { tar -czf "$OUT/campaign_part$PART.tar.gz" -C "$W" . 2>/dev/null; cp -f "$W"/*.md "$OUT"/ 2>/dev/null; true; }
 if [ ! -d /tmp/site ] && ls .whl/*.whl >/dev/null 2>&1; then
@@ -27,35 +30,39 @@ fi
 if [ ! -d /tmp/pi-ref ] && ls .whl-pi/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pi-ref .whl-pi/*.whl
 fi
-mkdir -p .venv && ln -sfn /tmp/pi-ref .venv/pi-reference
+# the device's fresh copy has no .venv: link the wheels' install there (a machine with its own keeps it)
+[ -d .venv/pi-reference ] && [ ! -L .venv/pi-reference ] || { mkdir -p .venv && ln -sfn /tmp/pi-ref .venv/pi-reference; }
 export PYTHONPATH="/tmp/site:$PWD:$PWD/benchmarks/device_stubs" PYTHONUNBUFFERED=1
 export FLASHRT_COMMIT="${FLASHRT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  echo "commit $FLASHRT_COMMIT part $PART"; } 2>&1 | tee -a "$W/machine.txt"
-CKPT=/tmp/pi0_2cam; CACHE=/tmp/refcache
+  echo "commit $FLASHRT_COMMIT part $PART ${FLASHRT_KIND:-pi0} ${FLASHRT_CAMERAS:-2} cameras"; } 2>&1 \
+  | tee -a "$W/machine.txt"
+KIND="${FLASHRT_KIND:-pi0}"; CAMERAS="${FLASHRT_CAMERAS:-2}"; CASE="${KIND}_${CAMERAS}cam"
+CKPT="/tmp/$CASE"; CACHE=/tmp/refcache
 RACE=(python3 -m benchmarks.pi0 --checkpoint "$CKPT" --dtypes bfloat16 --attention kernel --episodes 3 --draws 3
-      --reference-cache "$CACHE" --json "$W/pi0_2cam.json" --out "$W/pi0_2cam.md")
+      --reference-cache "$CACHE" --json "$W/$CASE.json" --out "$W/$CASE.md")
 if [ "$PART" = 1 ]; then
   timeout 100 python3 -m pytest -q -p no:cacheprovider test/test_rows_matmul.py test/test_fused_rows.py 2>&1 \
     | tee "$W/gpu_tests_kernels.txt"; save
-  [ -f "$CKPT/bench_case.json" ] || timeout "$(left)" python3 -m benchmarks.pi0 --kind pi0 --cameras 2 --build "$CKPT" \
-    2>&1 | tail -3 | tee -a "$W/pi0_race_log.txt"
-  timeout "$(( $(left) - 150 ))" "${RACE[@]}" --sides ours-fast --profile 2>&1 \
+  [ -f "$CKPT/bench_case.json" ] || timeout "$(upto 0)" python3 -m benchmarks.pi0 --kind "$KIND" --cameras "$CAMERAS" \
+    --build "$CKPT" 2>&1 | tail -3 | tee -a "$W/pi0_race_log.txt"
+  timeout "$(upto 150)" "${RACE[@]}" --sides ours-fast --profile 2>&1 \
     | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
-  timeout "$(( $(left) - 10 ))" "${RACE[@]/bfloat16/float32}" --sides ours-fast,selftest-zero-head 2>&1 \
+  timeout "$(upto 10)" "${RACE[@]/bfloat16/float32}" --sides ours-fast,selftest-zero-head 2>&1 \
     | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
 elif [ "$PART" = 2 ]; then
-  timeout "$(( $(left) - 20 ))" "${RACE[@]}" --sides compiled 2>&1 | tee -a "$W/pi0_race_log.txt"
+  timeout "$(upto 20)" "${RACE[@]}" --sides compiled 2>&1 | tee -a "$W/pi0_race_log.txt"
   echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
 else
   timeout "$(( $(left) / 2 ))" "${RACE[@]}" --sides selftest-skip-layer,selftest-zero-head,ours-fp8 2>&1 \
     | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
-  timeout "$(( $(left) / 3 ))" python3 -m benchmarks.pi0_replan --kind pi0 --cameras 2 --forms baseline,split,rows \
-    --json "$W/pi0_replan.json" 2>&1 | tee "$W/pi0_replan.txt"; save
-  timeout "$(( $(left) - 60 ))" python3 -m benchmarks.check_power --checkpoint "$CKPT" --references \
-    --reference-cache "$CACHE" --device cuda --json "$W/check_power_race_gpu.json" 2>&1 | tee "$W/check_power.txt"; save
-  timeout "$(left)" python3 -m benchmarks.kernel_expert --quick --json "$W/kernel_expert.json" 2>&1 \
+  timeout "$(( $(left) / 3 ))" python3 -m benchmarks.pi0_replan --kind "$KIND" --cameras "$CAMERAS" \
+    --forms baseline,split,rows --json "$W/${KIND}_replan.json" 2>&1 | tee "$W/${KIND}_replan.txt"; save
+  timeout "$(upto 60)" python3 -m benchmarks.check_power --checkpoint "$CKPT" --references \
+    --reference-cache "$CACHE" --device cuda --json "$W/check_power_${CASE}_gpu.json" 2>&1 \
+    | tee "$W/check_power_$CASE.txt"; save
+  timeout "$(upto 0)" python3 -m benchmarks.kernel_expert --quick --json "$W/kernel_expert.json" 2>&1 \
     | tee "$W/kernel_expert.txt"; save
 fi
 save
