@@ -22,6 +22,7 @@ from bt_harness import POLICY_PARAMS
 from node_fixtures import client_of, ros_node  # noqa: F401 - fixture
 from rosproc import NodeUnderTest, start_python, stop, with_ctrl_c
 from waiting import load_factor, wait_until
+from flashrt_ros.ros.goals import MAX_UNREAD_S
 from flashrt_ros.runtime.errors import ErrorCode
 
 NODE_NAME = "leases"
@@ -31,6 +32,14 @@ CONTROL_PERIOD_S = 1 / 50          # the node's default control rate
 #: idle machine (scaled by the load factor): the node's own reaction (its heartbeat reader polls every
 #: 50 ms, the goal's loop checks every 50 ms) and the log line's write.
 LOAD_MARGIN_S = 0.5
+#: The node's contract (goals.py): a lease is judged against the heartbeats its reader has had the chance to
+#: read, so a reader starved for a while (a loaded machine) ends the goal up to MAX_UNREAD_S later, never a
+#: live client's goal early. A fresh-clone CI run on 2026-12-07 measured 3.03 s with a 1 s lease once (the
+#: reader's thread had not polled for over 2 s); typical runs measure 0.8-1.2 s, with four busy loops too.
+CONTRACT_S = float(LEASE) + MAX_UNREAD_S + CONTROL_PERIOD_S
+#: how long after SIGKILL each client kind's goal ended, this module run: a reader that keeps up ends most within
+#: the typical bound, a reader frozen for good (every lease on its 2 s grace) none
+ENDED_AFTER: list[float] = []
 
 
 class StatusLog:
@@ -129,9 +138,14 @@ def test_a_client_killed_with_sigkill_leaves_no_goal_past_its_lease(env, tmp_pat
     finally:
         stop(proc)
     after_kill = expired_at(node.log.read_text(), LEASE) - killed
-    bound = float(LEASE) + CONTROL_PERIOD_S + LOAD_MARGIN_S * load_factor()
-    print(f"{client_kind}: goal ended {after_kill:.2f} s after SIGKILL (lease {LEASE} s, bound {bound:.2f} s)")
+    typical = float(LEASE) + CONTROL_PERIOD_S + LOAD_MARGIN_S * load_factor()
+    bound = CONTRACT_S + LOAD_MARGIN_S * load_factor()
+    print(f"{client_kind}: goal ended {after_kill:.2f} s after SIGKILL (lease {LEASE} s; typical up to "
+          f"{typical:.2f} s, bound {bound:.2f} s: the reader's grace {MAX_UNREAD_S:g} s included)")
     assert 0 < after_kill <= bound, f"the goal ended {after_kill:.2f} s after its client was killed"
+    ENDED_AFTER.append(after_kill)
+    if len(ENDED_AFTER) == 3:
+        assert min(ENDED_AFTER) <= typical, f"no killed client's goal ended within {typical:.2f} s: {ENDED_AFTER}"
     steps_stop(actions, status)
 
 
