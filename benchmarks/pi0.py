@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -70,6 +69,7 @@ sys.path.insert(0, str(ROOT / "test"))            # the π reference helpers (a 
 
 from benchmarks.policies import capsule_times, machine  # noqa: E402
 from benchmarks.race import summarize  # noqa: E402
+from benchmarks.race_rows import choose_sides, engine_cells, load_rows, print_row, report, write_rows  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
 from flashrt_ros.engine.policy_engine import PolicyEngine  # noqa: E402
 from flashrt_ros.engine.stats import percentile  # noqa: E402
@@ -343,12 +343,7 @@ def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
             o = r.get(side)
             if not o or "error" in o:
                 continue
-            m = o.get("memory", {})
-            lines.append(f"| {kind} | {cameras} | {dtype} | {side} | {o['redraw_p50_ms']:.2f} | "
-                         f"{o['cold_replan_p50_ms']:.2f} | {o['reinstruct_p50_ms']:.2f} | "
-                         f"{o['capsule']['snapshot_ms']:.3f} / {o['capsule']['restore_ms']:.3f} | "
-                         f"{m.get('weights_gib', nan):.2f} / {m.get('engine_gib', nan):.2f} / {m.get('peak_gib', nan):.2f}"
-                         f" | {o.get('load_s', nan):.0f} / {o.get('capture_s', nan):.1f} |")
+            lines.append(f"| {kind} | {cameras} | {dtype} | {side} | {engine_cells(o)} |")
     profiled = [(k, side, r[side]) for k, r in sorted(rows.items()) for side in ("ours-fast", "ours-fp8", "ours-exact")
                 if isinstance(r.get(side), dict) and "kernels" in r[side]]
     if profiled:
@@ -402,31 +397,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.build:
         build(args.build, args.kind, args.cameras, args.smoke)
         return 0
-    every = SIDES + SELF_TEST_SIDES
-    sides = [s for s in (args.sides or ",".join(x for x in every if not (args.smoke and x == "compiled"))).split(",")
-             if s]
-    unknown = set(sides) - set(SIDES + SELF_TEST_SIDES)
-    if unknown:
-        sys.exit(f"unknown sides {sorted(unknown)}: use {SIDES + SELF_TEST_SIDES}")
+    sides = choose_sides(args.sides, SIDES + SELF_TEST_SIDES, args.smoke)
     failures: list[str] = []
-    rows: dict = json.loads(args.json.read_text()) if args.json and args.json.is_file() else {}
-    rows.pop("provenance", None)
-    for r in rows.values():                        # a split run checks the sides an earlier one wrote too
-        for side in r.values():
-            if isinstance(side.get("actions"), list):
-                side["actions"] = torch.tensor(side["actions"])
+    rows = load_rows(args.json)
     name = machine(device)
 
     def write() -> None:
         """Everything so far (a run cut short keeps the sides that finished)."""
-        text = markdown(rows, name, failures)
-        if args.out:
-            args.out.write_text(text)
-        if args.json:
-            from benchmarks.provenance import provenance
-            plain = {k: {side: {m: (v.tolist() if isinstance(v, torch.Tensor) else v) for m, v in s.items()}
-                         for side, s in r.items()} for k, r in rows.items()}
-            args.json.write_text(json.dumps({**plain, "provenance": provenance(device)}, indent=1, default=str))
+        write_rows(rows, markdown(rows, name, failures), args.out, args.json, device)
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -463,14 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                 check_row({side: row[side]}, dtype_name, refs, chunk)      # the verdict in every partial write
                 write()
             failures += check_row(row, dtype_name, refs, chunk)
-            print(json.dumps({key: {k: {m: v for m, v in s.items() if m not in ("actions", "error")}
-                                    for k, s in row.items()}}, default=str), flush=True)
+            print_row(key, row)
             write()
-    print(markdown(rows, name, failures))
-    print(f"load average at the end: {os.getloadavg() if hasattr(os, 'getloadavg') else None}")
-    for f in failures:
-        print(f"[pi0] CHECK FAILED: {f}", flush=True)
-    return 1 if failures else 0
+    return report(markdown(rows, name, failures), failures, "pi0")
 
 if __name__ == "__main__":
     sys.exit(main())
