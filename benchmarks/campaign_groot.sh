@@ -18,39 +18,26 @@
 # are stubbed (test/groot_reference/env.py). Every step is bounded so a command ends inside the device's 10 minutes;
 # what finished is copied to OUT after each step.
 set -uo pipefail
-PART="${1:?part 1 or 2}"; OUT="${2:?output directory}"; mkdir -p "$OUT"
-START=$(date +%s); LIMIT="${FLASHRT_CAMPAIGN_S:-570}"
-left() { echo $(( LIMIT - ($(date +%s) - START) )); }
-W=/tmp/campaign_groot; mkdir -p "$W"
-save() { tar -czf "$OUT/campaign_groot_part$PART.tar.gz" -C "$W" . 2>/dev/null; cp -f "$W"/*.md "$OUT"/ 2>/dev/null; true; }
-if [ ! -d /tmp/site ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-fi
-if [ ! -d /tmp/groot-ref ] && ls .whl-groot/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/groot-ref .whl-groot/*.whl
-fi
-# the device's fresh copy has no .venv: link the wheels' install there (a machine with its own keeps it)
-[ -d .venv/groot-reference ] && [ ! -L .venv/groot-reference ] \
-  || { mkdir -p .venv && ln -sfn /tmp/groot-ref .venv/groot-reference; }     # groot_reference.GROOT_REFERENCE_DIR
-export PYTHONPATH="/tmp/site:$PWD:$PWD/benchmarks/device_stubs" PYTHONUNBUFFERED=1
-export FLASHRT_COMMIT="${FLASHRT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  ls /tmp/groot-ref | grep dist-info
-  echo "commit $FLASHRT_COMMIT part $PART"; } 2>&1 | tee -a "$W/machine.txt"
+PART="${1:?part 1 or 2}"; OUT="${2:?output directory}"; W=/tmp/campaign_groot
+TARBALL="campaign_groot_part$PART.tar.gz"
+source benchmarks/campaign_lib.sh
+wheels .whl-groot /tmp/groot-ref
+reference_env groot-reference /tmp/groot-ref       # groot_reference.GROOT_REFERENCE_DIR
+machine_note
+ls /tmp/groot-ref | grep dist-info | tee -a "$W/machine.txt"
 CKPT=/tmp/groot_2cam; CACHE=/tmp/refcache
 RACE=(python3 -m benchmarks.groot --checkpoint "$CKPT" --episodes 3 --draws 3 --reference-cache "$CACHE"
       --json "$W/groot_2cam.json" --out "$W/groot_2cam.md")
 if [ "$PART" = 1 ]; then
   timeout 120 python3 -m pytest -q -p no:cacheprovider -rs -s test/test_groot_cuda.py 2>&1 | tail -15 \
     | tee "$W/gpu_tests_groot.txt"; save
-  [ -f "$CKPT/bench_case.json" ] || timeout "$(left)" python3 -m benchmarks.groot --build "$CKPT" --threads 16 \
+  [ -f "$CKPT/bench_case.json" ] || timeout "$(upto 0)" python3 -m benchmarks.groot --build "$CKPT" --threads 16 \
     2>&1 | tail -3 | tee -a "$W/groot_race_log.txt"
   du -sh "$CKPT" 2>&1 | tee -a "$W/groot_race_log.txt"; save
-  timeout "$(( $(left) - 20 ))" "${RACE[@]}" --sides ours-fast,selftest-skip-dit-block 2>&1 \
+  timeout "$(upto 20)" "${RACE[@]}" --sides ours-fast,selftest-skip-dit-block 2>&1 \
     | tee -a "$W/groot_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
   if [ "$(left)" -gt 150 ]; then
-    timeout "$(( $(left) - 20 ))" "${RACE[@]}" --sides lerobot 2>&1 | tee -a "$W/groot_race_log.txt"
+    timeout "$(upto 20)" "${RACE[@]}" --sides lerobot 2>&1 | tee -a "$W/groot_race_log.txt"
     echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
   fi
 else
@@ -58,7 +45,7 @@ else
     timeout "$(( $(left) / 3 ))" "${RACE[@]}" --sides lerobot 2>&1 | tee -a "$W/groot_race_log.txt"
     echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
   fi
-  timeout "$(( $(left) - 20 ))" "${RACE[@]}" --sides compiled 2>&1 | tee -a "$W/groot_race_log.txt"
+  timeout "$(upto 20)" "${RACE[@]}" --sides compiled 2>&1 | tee -a "$W/groot_race_log.txt"
   echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
 fi
 save

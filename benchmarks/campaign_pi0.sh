@@ -18,26 +18,11 @@
 # (transformers 4.53.2, tokenizers 0.21.4, huggingface-hub 0.35.3). Every step is bounded so a command ends inside
 # the device's 10 minutes; what finished is copied to OUT after each step.
 set -uo pipefail
-PART="${1:?part 1, 2 or 3}"; OUT="${2:?output directory}"; mkdir -p "$OUT"
-START=$(date +%s); LIMIT="${FLASHRT_CAMPAIGN_S:-570}"
-left() { echo $(( LIMIT - ($(date +%s) - START) )); }
-upto() { local l=$(( $(left) - $1 )); echo $(( l > 5 ? l : 5 )); }      # what is left less $1 s, at least 5 s
-W=/tmp/campaign; mkdir -p "$W"
-save() { tar -czf "$OUT/campaign_part$PART.tar.gz" -C "$W" . 2>/dev/null; cp -f "$W"/*.md "$OUT"/ 2>/dev/null; true; }
-if [ ! -d /tmp/site ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-fi
-if [ ! -d /tmp/pi-ref ] && ls .whl-pi/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pi-ref .whl-pi/*.whl
-fi
-# the device's fresh copy has no .venv: link the wheels' install there (a machine with its own keeps it)
-[ -d .venv/pi-reference ] && [ ! -L .venv/pi-reference ] || { mkdir -p .venv && ln -sfn /tmp/pi-ref .venv/pi-reference; }
-export PYTHONPATH="/tmp/site:$PWD:$PWD/benchmarks/device_stubs" PYTHONUNBUFFERED=1
-export FLASHRT_COMMIT="${FLASHRT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  echo "commit $FLASHRT_COMMIT part $PART ${FLASHRT_KIND:-pi0} ${FLASHRT_CAMERAS:-2} cameras"; } 2>&1 \
-  | tee -a "$W/machine.txt"
+PART="${1:?part 1, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign; TARBALL="campaign_part$PART.tar.gz"
+source benchmarks/campaign_lib.sh
+wheels .whl-pi /tmp/pi-ref
+reference_env pi-reference /tmp/pi-ref
+machine_note "${FLASHRT_KIND:-pi0} ${FLASHRT_CAMERAS:-2} cameras"
 KIND="${FLASHRT_KIND:-pi0}"; CAMERAS="${FLASHRT_CAMERAS:-2}"; CASE="${KIND}_${CAMERAS}cam"
 CKPT="/tmp/$CASE"; CACHE=/tmp/refcache
 RACE=(python3 -m benchmarks.pi0 --checkpoint "$CKPT" --dtypes bfloat16 --attention kernel --episodes 3 --draws 3
