@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiny_groot import N, observation, tiny_checkpoint
+from tiny_groot import N, rel, run, tiny_checkpoint
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import reinstruct, set_instruction
 from flashrt_ros.models.lerobot.factory import load_lerobot_policy
@@ -50,17 +50,6 @@ def make_engine(checkpoint: Path, tmp_path, name: str, graphs: bool, device: str
                           directory=str(tmp_path / name), rollback_depth=4)
     set_instruction(engine, TASK)
     return engine
-
-
-def run(engine: PolicyEngine, start: int, n: int) -> torch.Tensor:
-    """The actions of observations ``start`` .. ``start + n - 1`` on the engine's device, on the CPU."""
-    device = engine.arena.block.device
-    return torch.stack([engine.step({k: v.to(device) for k, v in observation(start + i, engine.policy).items()})
-                        .cpu() for i in range(n)])
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max() / b.abs().max())
 
 
 def test_captured_graphs_replay_eager_and_restore_bit_identically(checkpoint, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from host_reads import no_host_reads
-from tiny_groot import N, observation, run, tiny_checkpoint
+from tiny_groot import N, observation, rel, run, tiny_checkpoint
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import reinstruct, set_instruction
 from flashrt_ros.models.lerobot.factory import load_lerobot_policy
@@ -58,10 +58,6 @@ def episode(engine: PolicyEngine) -> torch.Tensor:
     first = run(engine, 0, 8)
     set_instruction(engine, SHORT)
     return torch.cat([first, run(engine, 8, 9)])
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max() / b.abs().max())
 
 
 def test_a_fast_episode_equals_exact_within_the_bound(checkpoint, tmp_path):

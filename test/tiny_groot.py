@@ -31,5 +31,13 @@ def observation(i: int, policy: GrootPolicy) -> dict[str, torch.Tensor]:
 
 
 def run(engine: PolicyEngine, start: int, n: int) -> torch.Tensor:
-    """The actions of observations ``start`` .. ``start + n - 1``, one step each."""
-    return torch.stack([engine.step(observation(start + i, engine.policy)) for i in range(n)])
+    """The actions of observations ``start`` .. ``start + n - 1``, one step each, on the engine's device (the
+    actions come back on the CPU)."""
+    device = engine.arena.block.device
+    return torch.stack([engine.step({k: v.to(device) for k, v in observation(start + i, engine.policy).items()})
+                        .cpu() for i in range(n)])
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| over the largest |b|: the tiny GR00T tests' measure."""
+    return float((a - b).abs().max() / b.abs().max())
