@@ -80,7 +80,8 @@ class Race:
     def __init__(self, directory: Path, steps: int) -> None:
         from benchmarks.pi0 import write_observations
         self.directory, self.steps = directory, steps
-        self.tmp = Path(tempfile.mkdtemp(prefix="check_power_"))
+        self._tmp = tempfile.TemporaryDirectory(prefix="check_power_")      # removed with the object
+        self.tmp = Path(self._tmp.name)
         self.obs_file = self.tmp / "observations.safetensors"
         self.raw_obs = write_observations(directory, self.obs_file)
 
@@ -138,9 +139,11 @@ def measure(subject: Drawn | Race, device: str, with_references: bool, cache: Pa
             if isinstance(ref, str):
                 raise SystemExit(f"the {name} reference could not be computed: {ref}")
             refs[f"LeRobot {name}"] = ref
-    policy = subject.load(device)
-    if device == "cuda":
-        policy.to(device)
+
+    def loaded():
+        policy = subject.load(device)
+        return policy.to(device) if device == "cuda" else policy
+    policy = loaded()
     rows = {"A exact float32": subject.row(policy, device)}
     with torch.no_grad():
         subject.round_weights(policy)
@@ -155,9 +158,7 @@ def measure(subject: Drawn | Race, device: str, with_references: bool, cache: Pa
         rows[f"{name} (fast bf16)"] = subject.row(policy, device)
         undo()
     del policy
-    fp8 = subject.load(device)              # the same weights, then float8 products
-    if device == "cuda":
-        fp8.to(device)
+    fp8 = loaded()                          # the same weights, then float8 products
     fp8.cast(torch.bfloat16)
     fp8.use_numerics("fp8")
     fp8.fast.attention = "kernel"
