@@ -11,6 +11,7 @@
 #                                      replan in three forms (benchmarks.pi0_replan, no LeRobot); the rounding
 #                                      measured on this GPU on the race's checkpoint (benchmarks.check_power
 #                                      --device cuda: to set beside the CPU's); the kernel sweep
+#   benchmarks/campaign_pi0.sh f32 OUT the checkpoint built and part 1's float32 rows alone (a rerun after a fix)
 # On 2026-12-07 part 1 (then holding fp8 too) ran past its limit and part 2 was mostly compiling: hence three parts.
 # FLASHRT_KIND=pi05 FLASHRT_CAMERAS=3 runs the same campaign for π0.5 with three cameras (its own checkpoint, JSON and
 # references; default pi0, 2 cameras).
@@ -18,7 +19,7 @@
 # (transformers 4.53.2, tokenizers 0.21.4, huggingface-hub 0.35.3). Every step is bounded so a command ends inside
 # the device's 10 minutes; what finished is copied to OUT after each step.
 set -uo pipefail
-PART="${1:?part 1, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign; TARBALL="campaign_part$PART.tar.gz"
+PART="${1:?part 1, f32, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign; TARBALL="campaign_part$PART.tar.gz"
 source benchmarks/campaign_lib.sh
 wheels .whl-pi /tmp/pi-ref
 reference_env pi-reference /tmp/pi-ref
@@ -27,15 +28,24 @@ KIND="${FLASHRT_KIND:-pi0}"; CAMERAS="${FLASHRT_CAMERAS:-2}"; CASE="${KIND}_${CA
 CKPT="/tmp/$CASE"; CACHE=/tmp/refcache
 RACE=(python3 -m benchmarks.pi0 --checkpoint "$CKPT" --dtypes bfloat16 --attention kernel --episodes 3 --draws 3
       --reference-cache "$CACHE" --json "$W/$CASE.json" --out "$W/$CASE.md")
+build() {
+  [ -f "$CKPT/bench_case.json" ] || timeout "$(upto 0)" python3 -m benchmarks.pi0 --kind "$KIND" --cameras "$CAMERAS" \
+    --build "$CKPT" 2>&1 | tail -3 | tee -a "$W/pi0_race_log.txt"
+}
+float32_rows() {
+  timeout "$(upto 10)" "${RACE[@]/bfloat16/float32}" --sides ours-fast,selftest-zero-head 2>&1 \
+    | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
+}
 if [ "$PART" = 1 ]; then
   timeout 100 python3 -m pytest -q -p no:cacheprovider test/test_rows_matmul.py test/test_fused_rows.py 2>&1 \
     | tee "$W/gpu_tests_kernels.txt"; save
-  [ -f "$CKPT/bench_case.json" ] || timeout "$(upto 0)" python3 -m benchmarks.pi0 --kind "$KIND" --cameras "$CAMERAS" \
-    --build "$CKPT" 2>&1 | tail -3 | tee -a "$W/pi0_race_log.txt"
+  build
   timeout "$(upto 150)" "${RACE[@]}" --sides ours-fast --profile 2>&1 \
     | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
-  timeout "$(upto 10)" "${RACE[@]/bfloat16/float32}" --sides ours-fast,selftest-zero-head 2>&1 \
-    | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
+  float32_rows
+elif [ "$PART" = f32 ]; then
+  build
+  float32_rows
 elif [ "$PART" = 2 ]; then
   timeout "$(upto 20)" "${RACE[@]}" --sides compiled 2>&1 | tee -a "$W/pi0_race_log.txt"
   echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save

@@ -109,10 +109,14 @@ Split = tuple[int, int, int, int, int]
 SPLIT_BELOW_ROWS = 2048
 
 
-def attention_config(rows: int, n_keys: int) -> OnePass | Split:
+def attention_config(rows: int, n_keys: int, dtype: torch.dtype = torch.bfloat16) -> OnePass | Split:
     """The launch shape for ``rows`` query rows over ``n_keys`` key rows (prefix + suffix). One-pass for a
     prefix: 64-row tiles (70 programs for 2 cameras) measured at 4.68 ms for a π0 replan's 197 calls on an H100
-    (2026-12-06) with the expert's calls still one-pass; the expert's few rows take the split-key form."""
+    (2026-12-06) with the expert's calls still one-pass; the expert's few rows take the split-key form.
+    float32 (the check path) holds four-byte tiles: the bf16 shapes asked an H100 for 336 KiB of shared memory
+    (2026-12-07), so it takes 32-key tiles in one stage."""
+    if dtype == torch.float32:
+        return (32, 32, 4, 1) if rows > SPLIT_BELOW_ROWS else (16, 32, 128, 4, 1)
     if rows > SPLIT_BELOW_ROWS:
         return (64, 64, 4, 3)          # H100, 2026-12-07: 16.0 us a π0 prefix call ((64, 64, 8, 2): 23.4)
     return (16, 64, 128, 4, 2)         # H100, 2026-12-07: 10.8 us an expert call (one-pass: 18.0, SDPA: 42.4)
@@ -133,7 +137,7 @@ def prefix_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     if rows == 0:
         return out
     n_keys = suffix_start + suffix_len
-    config = config or attention_config(rows, n_keys)
+    config = config or attention_config(rows, n_keys, q.dtype)
     scale = D ** -0.5 * _LOG2E
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     fixed = dict(SUFFIX_START=suffix_start, SUFFIX_LEN=suffix_len, HEADS=H, STATE_ROWS=state_rows, D=D,

@@ -40,6 +40,9 @@ Config = tuple[int, int, int, int]
 #: defaults by epilogue, until a device run picks better ones (``benchmarks.kernel_expert``)
 DEFAULT_CONFIGS: dict[str, Config] = {"residual": (16, 128, 4, 4), "store": (16, 128, 4, 4),
                                       "gelu_gate": (32, 128, 4, 4), "qkv_rope": (16, 128, 4, 4)}
+#: float32 tiles (the check path, not the fast one) are twice bf16's: at most this many pipeline stages, so a
+#: 64-row tile and two 128 x 32 weight tiles fit an H100's 227 KiB of shared memory
+FLOAT32_MAX_STAGES = 2
 _EPILOGUES = {"store": 0, "residual": 1, "gelu_gate": 2, "qkv_rope": 3}
 
 
@@ -147,6 +150,8 @@ def _check(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None) -> None
 def _launch(grid: int, x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, epilogue: str, n: int,
             norm_eps: float | None, config: Config | None, out=None, res=None, rope=None) -> None:
     block_n, block_k, num_warps, num_stages = config or DEFAULT_CONFIGS[epilogue]
+    if x.dtype == torch.float32:        # four-byte tiles: bf16's four stages overflow shared memory (H100, 2026-12-07)
+        num_stages = min(num_stages, FLOAT32_MAX_STAGES)
     dummy = x
     cos, sin, q, k, v, valid, heads, kv_heads, half = rope or (dummy,) * 5 + (None, 0, 0, 1)
     _rows_matmul_kernel[(grid,)](
