@@ -12,6 +12,10 @@
 #                                      measured on this GPU on the race's checkpoint (benchmarks.check_power
 #                                      --device cuda: to set beside the CPU's); the kernel sweep
 #   benchmarks/campaign_pi0.sh f32 OUT the checkpoint built and part 1's float32 rows alone (a rerun after a fix)
+#   benchmarks/campaign_pi0.sh kernels OUT   no LeRobot, a few minutes: the kernels' GPU tests, the launch-shape
+#                                      sweep (benchmarks.kernel_expert --quick) and our replan in the forms rows and
+#                                      merged (split-K o / down, attention merged in-kernel), profiled: whether the
+#                                      merged form earns its place as the default before a race spends ten minutes
 # On 2026-12-07 part 1 (then holding fp8 too) ran past its limit and part 2 was mostly compiling: hence three parts.
 # FLASHRT_KIND=pi05 FLASHRT_CAMERAS=3 runs the same campaign for π0.5 with three cameras (its own checkpoint, JSON and
 # references; default pi0, 2 cameras).
@@ -19,7 +23,7 @@
 # (transformers 4.53.2, tokenizers 0.21.4, huggingface-hub 0.35.3). Every step is bounded so a command ends inside
 # the device's 10 minutes; what finished is copied to OUT after each step.
 set -uo pipefail
-PART="${1:?part 1, f32, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign; TARBALL="campaign_part$PART.tar.gz"
+PART="${1:?part 1, f32, kernels, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign; TARBALL="campaign_part$PART.tar.gz"
 source benchmarks/campaign_lib.sh
 wheels .whl-pi /tmp/pi-ref
 reference_env pi-reference /tmp/pi-ref
@@ -46,6 +50,13 @@ if [ "$PART" = 1 ]; then
 elif [ "$PART" = f32 ]; then
   build
   float32_rows
+elif [ "$PART" = kernels ]; then
+  timeout 150 python3 -m pytest -q -p no:cacheprovider test/test_rows_matmul.py test/test_fused_rows.py 2>&1 \
+    | tee "$W/gpu_tests_kernels.txt"; save
+  timeout 200 python3 -m benchmarks.kernel_expert --quick --json "$W/kernel_expert.json" 2>&1 \
+    | tee "$W/kernel_expert.txt"; save
+  timeout "$(upto 5)" python3 -m benchmarks.pi0_replan --kind "$KIND" --cameras "$CAMERAS" --forms rows,merged \
+    --profile --json "$W/${KIND}_replan_merged.json" 2>&1 | tee "$W/${KIND}_replan_merged.txt"; save
 elif [ "$PART" = 2 ]; then
   timeout "$(upto 20)" "${RACE[@]}" --sides compiled 2>&1 | tee -a "$W/pi0_race_log.txt"
   echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
@@ -53,7 +64,7 @@ else
   timeout "$(( $(left) / 2 ))" "${RACE[@]}" --sides selftest-skip-layer,selftest-zero-head,ours-fp8 2>&1 \
     | tee -a "$W/pi0_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
   timeout "$(( $(left) / 3 ))" python3 -m benchmarks.pi0_replan --kind "$KIND" --cameras "$CAMERAS" \
-    --forms baseline,split,rows --json "$W/${KIND}_replan.json" 2>&1 | tee "$W/${KIND}_replan.txt"; save
+    --forms baseline,split,rows,merged --json "$W/${KIND}_replan.json" 2>&1 | tee "$W/${KIND}_replan.txt"; save
   timeout "$(upto 60)" python3 -m benchmarks.check_power --checkpoint "$CKPT" --references \
     --reference-cache "$CACHE" --device cuda --json "$W/check_power_${CASE}_gpu.json" 2>&1 \
     | tee "$W/check_power_$CASE.txt"; save

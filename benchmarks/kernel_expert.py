@@ -56,6 +56,9 @@ def attention_rows(results: dict, quick: bool) -> None:
     configs = {"expert": [(16, 64, 4, 2), (32, 64, 4, 2), (16, 64, 64, 4, 2), (32, 64, 64, 4, 2),
                           (32, 64, 128, 4, 2), (64, 64, 64, 4, 2), (64, 64, 128, 8, 2), (32, 32, 64, 4, 2),
                           (16, 64, 128, 4, 2), (64, 32, 64, 4, 2)],
+               # the split forms with the merge in the same kernel (one launch a call, not two; quick runs them)
+               "expert merged": [(16, 64, 128, 4, 2, 1), (16, 64, 64, 4, 2, 1), (32, 64, 64, 4, 2, 1),
+                                 (32, 64, 128, 4, 2, 1)],
                "prefix": [(64, 64, 8, 2), (128, 64, 8, 2), (64, 32, 4, 2), (128, 32, 8, 2), (64, 64, 4, 3),
                           (128, 64, 8, 3)]}
     for case, (n_q, start, suffix, state_rows) in cases.items():
@@ -68,7 +71,8 @@ def attention_rows(results: dict, quick: bool) -> None:
         mask = additive_mask(allowed.repeat_interleave(HEADS, dim=0), torch.bfloat16)
         sdpa = lambda: single_key_head_attention(q, keys, values, mask)  # noqa: E731
         row = {"sdpa": {"us": graph_ms(sdpa) * 1e3, "err": rel(sdpa(), ref)}}
-        for cfg in configs[case][:4] if quick else configs[case]:
+        tried = (configs[case][:4] if quick else configs[case]) + configs.get(f"{case} merged", [])
+        for cfg in tried:
             run = lambda: pa.prefix_attention(q, keys, values, valid, start, suffix, state_rows, config=cfg)  # noqa
             try:
                 out = run()
@@ -88,6 +92,9 @@ def product_rows(results: dict, quick: bool) -> None:
               "gate_up": (2 * MLP, WIDTH, "gelu_gate"), "down": (WIDTH, MLP, "residual")}
     configs = [(16, 128, 4, 4), (16, 256, 4, 3), (32, 128, 4, 4), (32, 64, 4, 5), (16, 64, 4, 6), (64, 128, 8, 3),
                (32, 256, 8, 3), (16, 512, 8, 2)]
+    # split-K for the products whose 64 column tiles leave half of an H100's 132 SMs idle (quick runs them too)
+    split_configs = [(16, 128, 4, 4, 2), (16, 128, 4, 4, 4), (16, 128, 4, 3, 8), (32, 128, 4, 4, 4),
+                     (16, 256, 4, 3, 4)]
     cos = torch.rand(ROWS, D // 2, device=dev, generator=g)
     sin = torch.rand(ROWS, D // 2, device=dev, generator=g)
     for name, (n, k, epilogue) in shapes.items():
@@ -141,12 +148,15 @@ def product_rows(results: dict, quick: bool) -> None:
                "cublas_plain_us": graph_ms(lambda: x @ ws[next(it) % 4].t()) * 1e3,
                "cublas_composed_us": graph_ms(cublas_composed) * 1e3}
         w8 = [fp8(w) for w in ws]
-        for cfg in configs[:3] if quick else configs:
+        tried = (configs[:3] if quick else configs) + (split_configs if epilogue == "residual" else [])
+        for cfg in tried:
             if epilogue == "qkv_rope" and (D // 2) % cfg[0]:
                 continue
             for kind, weights in (("bf16", [(w, None) for w in ws]), ("fp8", w8)):
                 try:
                     err = rel(ours(*weights[0], cfg=cfg), reference(*weights[0]))
+                    for w in weights:              # each matrix's split-K scratch made before the capture
+                        ours_only(*w, cfg=cfg)
                     us = graph_ms(lambda: ours_only(*weights[next(it) % 4], cfg=cfg)) * 1e3
                     row[f"{kind} {cfg}"] = {"us": us, "err": err}
                 except Exception as exc:

@@ -8,7 +8,10 @@ race spends ten. Forms (each a captured engine, same weights, same observation, 
 * ``baseline``: the expert's products through cuBLAS plus the row kernels, one-pass attention (the
   18.4 ms form of ``docs/benchmarks/pi0_fast.md``);
 * ``split``: the same with the expert's attention split over keys (``ops.triton.prefix_attention``);
-* ``rows``: split attention and the fused few-row products (``ops.triton.rows_matmul``).
+* ``rows``: split attention and the fused few-row products (``ops.triton.rows_matmul``);
+* ``merged``: ``rows`` with split-K for the expert's ``o`` and ``down`` products (64 column tiles alone leave
+  half an H100 idle) and the attention's slices merged by its own last program (no second kernel), both
+  written and CPU-checked on 2026-12-07 and off by default until this form measures them.
 
 Every form's chunk is compared with ``baseline``'s (bf16 against bf16: rounding only) and printed. Run:
     python -m benchmarks.pi0_replan [--kind pi0|pi05] [--cameras 2] [--json OUT.json] [--profile]
@@ -35,7 +38,10 @@ from flashrt_ros.ops import rows_matmul  # noqa: E402
 from flashrt_ros.ops.triton import prefix_attention as attention_kernels  # noqa: E402
 
 TASK = "pick up the red cube and put it in the box"
-FORMS = ("baseline", "split", "rows")
+FORMS = ("baseline", "split", "rows", "merged")
+#: ``merged``'s launch shapes: split-K of 4 for the residual products, the expert's split attention merged in-kernel
+MERGED_RESIDUAL = (16, 128, 4, 4, 4)
+MERGED_ATTENTION = (16, 64, 128, 4, 2, 1)
 
 
 def build(kind: str, cameras: int, device: str, smoke: bool):
@@ -75,14 +81,23 @@ def observation(cfg, device: str) -> dict:
 @contextlib.contextmanager
 def form(name: str):
     """The switches of one form (graphs keep what they were captured with)."""
+    from flashrt_ros.ops.triton import rows_matmul as row_kernels
     one_pass = attention_kernels.attention_config
+    residual = row_kernels.DEFAULT_CONFIGS["residual"]
     if name == "baseline":
-        attention_kernels.attention_config = lambda rows, keys: (64, 64, 8, 2) if rows > 2048 else (16, 64, 4, 2)
+        attention_kernels.attention_config = (
+            lambda rows, keys, dtype=None: (64, 64, 8, 2) if rows > 2048 else (16, 64, 4, 2))
+    if name == "merged":
+        attention_kernels.attention_config = (
+            lambda rows, keys, dtype=torch.bfloat16: one_pass(rows, keys, dtype) if rows > 2048 or
+            dtype == torch.float32 else MERGED_ATTENTION)
+        row_kernels.DEFAULT_CONFIGS["residual"] = MERGED_RESIDUAL
     try:
-        with rows_matmul.few_row_kernels(name == "rows"):
+        with rows_matmul.few_row_kernels(name in ("rows", "merged")):
             yield
     finally:
         attention_kernels.attention_config = one_pass
+        row_kernels.DEFAULT_CONFIGS["residual"] = residual
 
 
 def replan_times(engine: PolicyEngine, obs: dict, device: torch.device, reps: int) -> tuple[list[float], torch.Tensor]:

@@ -104,6 +104,36 @@ def test_float8_weights_with_column_scales():
         kernels().rows_matmul(x, w8, config=SMALL)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,n,k,split,residual", [(51, 48, 96, 3, True), (7, 40, 200, 4, False),
+                                                     (64, 16, 64, 2, True)])
+def test_split_k_sums_every_slice_once_in_a_fixed_order(dtype, rows, n, k, split, residual):
+    """Split-K (``o`` / ``down``'s too-few column tiles): the last program of a column tile adds the slices. Every
+    slice counted once (against the reference), the same bits on every call (slice order, not arrival order),
+    and the arrival counts back at 0 for the next launch (a graph replays with no reset of its own)."""
+    g = torch.Generator().manual_seed(rows + split)
+    x = torch.randn(rows, k, generator=g).to(DEVICE, dtype)
+    w = (torch.randn(n, k, generator=g) / k ** 0.5).to(DEVICE, dtype)
+    res = torch.randn(rows, n, generator=g).to(DEVICE, dtype) if residual else None
+    config = SMALL + (split,)
+    first = kernels().rows_matmul(x, w, residual=res, config=config)
+    close(first, x.float() @ w.float().t() + (res.float() if residual else 0), dtype)
+    for _ in range(3):
+        assert torch.equal(kernels().rows_matmul(x, w, residual=res, config=config), first)
+    counts = [arrived for key, (_, arrived) in kernels()._SCRATCH.items() if key[0] == w.data_ptr()]
+    assert counts and all(int(c.abs().sum()) == 0 for c in counts)
+
+
+def test_split_k_refuses_what_needs_the_whole_row():
+    """A folded norm needs every column of ``x`` in one program, and the paired epilogues are not split: refused
+    by name rather than computed wrong."""
+    x, w = torch.randn(5, 64).to(DEVICE), torch.randn(48, 64).to(DEVICE)
+    with pytest.raises(ValueError, match="split-K.*with a norm"):
+        kernels().rows_matmul(x, w, norm_eps=1e-6, config=SMALL + (2,))
+    with pytest.raises(ValueError, match="split-K.*gelu_gate"):
+        kernels().rows_gelu_gate(x, w, config=SMALL + (2,))
+
+
 def test_dispatch_keeps_the_reference_off_the_kernel_path():
     """The CPU path of ``ops.rows_matmul`` is the torch composition the kernels are checked against."""
     g = torch.Generator().manual_seed(6)
@@ -114,11 +144,13 @@ def test_dispatch_keeps_the_reference_off_the_kernel_path():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("config", [(16, 16, 32, 4, 2), (32, 16, 16, 4, 2)])
+@pytest.mark.parametrize("config", [(16, 16, 32, 4, 2), (32, 16, 16, 4, 2), (16, 16, 32, 4, 2, 1), (32, 16, 16, 4, 2, 1)])
 @pytest.mark.parametrize("rows,heads,valid,suffix,state_rows", [(7, 8, 6, 7, 1), (6, 2, 11, 6, 0), (9, 4, 5, 0, 0)])
 def test_split_key_prefix_attention_matches_reference(dtype, config, rows, heads, valid, suffix, state_rows):
-    """The split-key form (slices of the prefix + suffix key index, merged by a second kernel) against SDPA under
-    the explicit mask; slices wholly inside the prefix's padding (garbage rows) must contribute nothing."""
+    """The split-key form (slices of the prefix + suffix key index, merged by a second kernel, or with ``MERGE`` by
+    the last program of each row tile) against SDPA under the explicit mask; slices wholly inside the prefix's
+    padding (garbage rows) must contribute nothing. The merged form gives the second kernel's bits (the same sum
+    in slice order) on every call, and leaves its arrival counts at 0 for the next launch."""
     from flashrt_ros.ops import prefix_attention as attention
     from flashrt_ros.ops.triton.prefix_attention import prefix_attention as kernel
     g = torch.Generator().manual_seed(rows + heads + suffix)
@@ -132,3 +164,10 @@ def test_split_key_prefix_attention_matches_reference(dtype, config, rows, heads
                                          suffix_start=prefix, suffix_len=suffix, state_rows=state_rows)
     out = kernel(q, kv[0], kv[1], v, prefix, suffix, state_rows, config=config)
     close(out, ref, dtype)
+    if len(config) == 6:
+        from flashrt_ros.ops.triton.prefix_attention import _ARRIVALS
+        two_kernels = kernel(q, kv[0], kv[1], v, prefix, suffix, state_rows, config=config[:5])
+        assert torch.equal(out, two_kernels)
+        assert torch.equal(kernel(q, kv[0], kv[1], v, prefix, suffix, state_rows, config=config), out)
+        counts = [c for key, c in _ARRIVALS.items() if key[0] == kv[0].data_ptr()]
+        assert counts and all(int(c.abs().sum()) == 0 for c in counts)

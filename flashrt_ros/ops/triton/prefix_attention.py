@@ -26,24 +26,49 @@ _LOG2E = math.log2(math.e)
 
 
 @triton.jit
-def _prefix_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, valid_ptr, n_rows,
-                             qk_scale, stride_kt, stride_vt,
+def _prefix_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, valid_ptr,
+                             arrived_ptr, n_rows, qk_scale, stride_kt, stride_vt,
                              SUFFIX_START: tl.constexpr, SUFFIX_LEN: tl.constexpr, HEADS: tl.constexpr,
                              STATE_ROWS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                             SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+                             MERGE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """One (row tile, key slice ``[s * SPLIT, (s + 1) * SPLIT)``) of the prefix + suffix key index. One slice
     (``NUM_SPLITS == 1``): the normalised output; several: the unnormalised accumulator, row max (base 2) and row
-    sum for ``_prefix_combine_kernel``, a slice wholly in the prefix's padding writing ``max = -inf`` only."""
+    sum for ``_prefix_combine_kernel``, a slice wholly in the prefix's padding writing ``max = -inf`` only.
+    ``MERGE``: no second kernel; the last of a row tile's programs to arrive (``arrived_ptr`` counts them and it
+    sets the count back to 0) merges the slices itself, in slice order."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     split = tl.program_id(1)
     row_ok = rows < n_rows
     part = rows * NUM_SPLITS + split
     lo = split * SPLIT
     valid = tl.load(valid_ptr).to(tl.int32)
+    padding = (lo >= valid) & (lo + SPLIT <= SUFFIX_START)         # a slice no query sees a key of
     if NUM_SPLITS > 1:
-        if (lo >= valid) & (lo + SPLIT <= SUFFIX_START):
+        if padding:
             tl.store(part_max_ptr + part, tl.full([BLOCK_M], float("-inf"), tl.float32), mask=row_ok)
-            return
+        else:
+            _slice(q_ptr, k_ptr, v_ptr, o_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, valid, rows, row_ok, part,
+                   lo, qk_scale, stride_kt, stride_vt, SUFFIX_START, SUFFIX_LEN, HEADS, STATE_ROWS, D, BLOCK_M,
+                   BLOCK_N, SPLIT, NUM_SPLITS, DOT_PRECISION)
+    else:
+        _slice(q_ptr, k_ptr, v_ptr, o_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, valid, rows, row_ok, part, lo,
+               qk_scale, stride_kt, stride_vt, SUFFIX_START, SUFFIX_LEN, HEADS, STATE_ROWS, D, BLOCK_M, BLOCK_N,
+               SPLIT, NUM_SPLITS, DOT_PRECISION)
+    if MERGE:
+        tl.debug_barrier()                          # every thread's partials stored before the count is raised
+        if tl.atomic_add(arrived_ptr + tl.program_id(0), 1, sem="acq_rel") == NUM_SPLITS - 1:
+            _merge(part_acc_ptr, part_max_ptr, part_sum_ptr, o_ptr, rows, row_ok, D, BLOCK_M, NUM_SPLITS,
+                   SPLITS_PAD, ".cg")
+            tl.atomic_xchg(arrived_ptr + tl.program_id(0), 0)        # ready for the next launch (a replay)
+
+
+@triton.jit
+def _slice(q_ptr, k_ptr, v_ptr, o_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, valid, rows, row_ok, part, lo,
+           qk_scale, stride_kt, stride_vt, SUFFIX_START: tl.constexpr, SUFFIX_LEN: tl.constexpr,
+           HEADS: tl.constexpr, STATE_ROWS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+           BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Online softmax of a row tile over the keys ``[lo, lo + SPLIT)``: the output (one slice) or the partials."""
     query = rows // HEADS
     cols = tl.arange(0, D)
     keys = tl.arange(0, BLOCK_N)
@@ -75,35 +100,45 @@ def _prefix_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, part_acc_ptr, part_max_
 
 
 @triton.jit
-def _prefix_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, o_ptr, n_rows, D: tl.constexpr,
-                           BLOCK_R: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr):
-    """``BLOCK_R`` rows: the slices' partial softmaxes merged by log-sum-exp rescaling, in slice order (the
-    same sum on every call: a replan is bit-reproducible)."""
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = rows < n_rows
+def _merge(part_acc_ptr, part_max_ptr, part_sum_ptr, o_ptr, rows, row_ok, D: tl.constexpr, BLOCK_R: tl.constexpr,
+           NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, CACHE: tl.constexpr):
+    """``rows``' slices' partial softmaxes merged by log-sum-exp rescaling, in slice order (the same sum on every
+    call: a replan is bit-reproducible). ``CACHE``: ``.cg`` where other programs of this launch wrote them."""
     slices = tl.arange(0, SPLITS_PAD)
     ok = row_ok[:, None] & (slices[None, :] < NUM_SPLITS)
     top = tl.max(tl.load(part_max_ptr + rows[:, None] * NUM_SPLITS + slices[None, :], mask=ok,
-                         other=float("-inf")), 1)
+                         other=float("-inf"), cache_modifier=CACHE), 1)
     cols = tl.arange(0, D)
     acc = tl.zeros([BLOCK_R, D], tl.float32)
     total = tl.zeros([BLOCK_R], tl.float32)
     for s in range(NUM_SPLITS):
-        part_max = tl.load(part_max_ptr + rows * NUM_SPLITS + s, mask=row_ok, other=float("-inf"))
+        part_max = tl.load(part_max_ptr + rows * NUM_SPLITS + s, mask=row_ok, other=float("-inf"),
+                           cache_modifier=CACHE)
         live = row_ok & (part_max > float("-inf"))
         weight = tl.where(live, tl.exp2(part_max - top), 0.0)
-        total += weight * tl.load(part_sum_ptr + rows * NUM_SPLITS + s, mask=live, other=0.0)
+        total += weight * tl.load(part_sum_ptr + rows * NUM_SPLITS + s, mask=live, other=0.0, cache_modifier=CACHE)
         part = tl.load(part_acc_ptr + (rows[:, None] * NUM_SPLITS + s) * D + cols[None, :], mask=live[:, None],
-                       other=0.0)
+                       other=0.0, cache_modifier=CACHE)
         acc += part * weight[:, None]
     tl.store(o_ptr + rows[:, None] * D + cols[None, :], (acc / total[:, None]).to(o_ptr.dtype.element_ty),
              mask=row_ok[:, None])
 
 
+@triton.jit
+def _prefix_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, o_ptr, n_rows, D: tl.constexpr,
+                           BLOCK_R: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    """``BLOCK_R`` rows of a split launch merged (``_merge``) by a second kernel."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    _merge(part_acc_ptr, part_max_ptr, part_sum_ptr, o_ptr, rows, rows < n_rows, D, BLOCK_R, NUM_SPLITS, SPLITS_PAD,
+           "")
+
+
 #: ``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` of the one-pass kernel: row tiles that each read every key
 OnePass = tuple[int, int, int, int]
-#: ``(BLOCK_M, BLOCK_N, SPLIT, num_warps, num_stages)`` of the split-key kernel: programs per (row tile, slice)
-Split = tuple[int, int, int, int, int]
+#: ``(BLOCK_M, BLOCK_N, SPLIT, num_warps, num_stages[, MERGE])`` of the split-key kernel: programs per (row tile,
+#: slice); ``MERGE`` 1: the last program of a row tile merges the slices (no second kernel: 180 fewer launches a π0
+#: replan), off until a device run measures it (``benchmarks.kernel_expert``)
+Split = tuple[int, ...]
 #: above this many query rows (a prefix: cameras x 256 x 8 heads) row tiles alone fill the GPU; below (the
 #: expert's chunk x 8 heads = 408) the keys are split over programs too, and a second kernel merges the slices
 SPLIT_BELOW_ROWS = 2048
@@ -144,25 +179,46 @@ def prefix_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
                  DOT_PRECISION=precision)
     if len(config) == 4:                         # one pass: one slice of every key
         block_m, block_n, num_warps, num_stages = config
-        split = triton.cdiv(n_keys, block_n) * block_n
+        split, merge = triton.cdiv(n_keys, block_n) * block_n, False
     else:
-        block_m, block_n, split, num_warps, num_stages = config
+        block_m, block_n, split, num_warps, num_stages, *merge_flag = config
+        merge = bool(merge_flag and merge_flag[0])
     n_splits = triton.cdiv(n_keys, split)
+    tiles = triton.cdiv(rows, block_m)
     if n_splits == 1:                            # the output written at once, no partials to merge
-        _prefix_attention_kernel[(triton.cdiv(rows, block_m), 1)](
-            q, keys, values, out, out, out, out, valid, rows, scale, keys.stride(0), values.stride(0),
+        _prefix_attention_kernel[(tiles, 1)](
+            q, keys, values, out, out, out, out, valid, valid, rows, scale, keys.stride(0), values.stride(0),
             BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=triton.cdiv(n_keys, block_n) * block_n, NUM_SPLITS=1,
-            num_warps=num_warps, num_stages=num_stages, **fixed)
+            SPLITS_PAD=1, MERGE=False, num_warps=num_warps, num_stages=num_stages, **fixed)
         return out
     part_acc = torch.empty((rows, n_splits, D), dtype=torch.float32, device=q.device)
     part_max = torch.empty((rows, n_splits), dtype=torch.float32, device=q.device)
     part_sum = torch.empty((rows, n_splits), dtype=torch.float32, device=q.device)
-    _prefix_attention_kernel[(triton.cdiv(rows, block_m), n_splits)](
-        q, keys, values, out, part_acc, part_max, part_sum, valid, rows, scale, keys.stride(0), values.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split, NUM_SPLITS=n_splits, num_warps=num_warps,
-        num_stages=num_stages, **fixed)
-    block_r = 16
-    _prefix_combine_kernel[(triton.cdiv(rows, block_r),)](
-        part_acc, part_max, part_sum, out, rows, D=D, BLOCK_R=block_r, NUM_SPLITS=n_splits,
-        SPLITS_PAD=triton.next_power_of_2(n_splits), num_warps=4)
+    splits_pad = triton.next_power_of_2(n_splits)
+    arrived = _arrival_counts(keys, tiles) if merge else valid
+    _prefix_attention_kernel[(tiles, n_splits)](
+        q, keys, values, out, part_acc, part_max, part_sum, valid, arrived, rows, scale, keys.stride(0),
+        values.stride(0), BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split, NUM_SPLITS=n_splits, SPLITS_PAD=splits_pad,
+        MERGE=merge, num_warps=num_warps, num_stages=num_stages, **fixed)
+    if not merge:
+        block_r = 16
+        _prefix_combine_kernel[(triton.cdiv(rows, block_r),)](
+            part_acc, part_max, part_sum, out, rows, D=D, BLOCK_R=block_r, NUM_SPLITS=n_splits,
+            SPLITS_PAD=splits_pad, num_warps=4)
     return out
+
+
+def _arrival_counts(keys: torch.Tensor, tiles: int) -> torch.Tensor:
+    """A merged split launch's arrival counts, one per row tile: per key buffer (a layer's KV rows), made zeroed
+    on its first (eager) call and kept; 0 between launches (the last program resets them), so they carry nothing
+    from one step to the next and belong to no capsule. One layer's attention runs on one stream at a time."""
+    key = (keys.data_ptr(), keys.device, tiles)
+    if key not in _ARRIVALS:
+        if keys.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("prefix_attention: a merged split launch must run once before a CUDA graph captures "
+                               "it (its arrival counts are made zeroed outside the capture)")
+        _ARRIVALS[key] = torch.zeros(tiles, dtype=torch.int32, device=keys.device)
+    return _ARRIVALS[key]
+
+
+_ARRIVALS: dict[tuple, torch.Tensor] = {}

@@ -35,8 +35,10 @@ import triton.language as tl
 
 #: the rows a tile holds (all of them): the expert's chunk, 50 actions (+ π0's state token)
 MAX_ROWS = 64
-#: ``(BLOCK_N, BLOCK_K, num_warps, num_stages)``
-Config = tuple[int, int, int, int]
+#: ``(BLOCK_N, BLOCK_K, num_warps, num_stages[, SPLIT_K])``: ``SPLIT_K`` slices of ``K`` in as many programs per
+#: column tile, for products with too few column tiles to fill the GPU (π0's ``o`` and ``down``: 64 tiles of 16
+#: columns on 132 SMs); off (1) until a device run measures it (``benchmarks.kernel_expert``)
+Config = tuple[int, ...]
 #: defaults by epilogue, until a device run picks better ones (``benchmarks.kernel_expert``)
 DEFAULT_CONFIGS: dict[str, Config] = {"residual": (16, 128, 4, 4), "store": (16, 128, 4, 4),
                                       "gelu_gate": (32, 128, 4, 4), "qkv_rope": (16, 128, 4, 4)}
@@ -53,17 +55,28 @@ def _gelu_tanh(x):
 
 
 @triton.jit
+def _finish(acc, out_ptr, res_ptr, rows, cols, ok, stride_out, stride_res, EPILOGUE: tl.constexpr):
+    """Epilogues ``store`` (0) and ``residual`` (1): ``[residual +] acc`` rounded once into ``out``."""
+    if EPILOGUE == 1:
+        acc += tl.load(res_ptr + rows[:, None] * stride_res + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
 def _rows_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, res_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr,
-                        valid_ptr, M, N, K, stride_x, stride_out, stride_res, stride_cs, stride_q, stride_k,
-                        stride_v, eps,
+                        valid_ptr, part_ptr, arrived_ptr, M, N, K, K_SLICE, stride_x, stride_out, stride_res,
+                        stride_cs, stride_q, stride_k, stride_v, eps,
                         EPILOGUE: tl.constexpr, NORM: tl.constexpr, W_SCALED: tl.constexpr, HAS_VALID: tl.constexpr,
                         HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HALF: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                         DOT_PRECISION: tl.constexpr):
     """Output columns ``[pid * BLOCK_N, ...)`` (``gelu_gate``: of the gated output; ``qkv_rope``: of a head's
     first half, with their partners ``HALF`` further) for all rows. Two accumulators where the epilogue pairs
-    columns: ``w`` rows ``c`` and ``c + shift``."""
+    columns: ``w`` rows ``c`` and ``c + shift``. ``SPLIT_K > 1`` (``store`` / ``residual``, no norm): program
+    ``(pid, s)`` sums ``K`` slice ``s`` into ``part_ptr[s]``; the last of a column tile's programs to arrive
+    (``arrived_ptr[pid]`` counts them, and it sets it back to 0) adds the slices in slice order and finishes."""
     pid = tl.program_id(0)
+    k_lo = tl.program_id(1) * K_SLICE
     rows = tl.arange(0, BLOCK_M)
     row_ok = rows < M
     offs = tl.arange(0, BLOCK_N)
@@ -81,8 +94,8 @@ def _rows_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, res_ptr, cos_ptr, sin_
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     squares = tl.zeros([BLOCK_M], tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + ks
+    for k0 in range(0, K_SLICE, BLOCK_K):               # K_SLICE: whole BLOCK_Ks; past K masked
+        kk = k_lo + k0 + ks
         k_ok = kk < K
         a = tl.load(x_ptr + rows[:, None] * stride_x + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         if NORM:
@@ -103,12 +116,18 @@ def _rows_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, res_ptr, cos_ptr, sin_
         acc = acc * r[:, None]
         acc2 = acc2 * r[:, None]
     ok = row_ok[:, None] & col_ok[None, :]
-    if EPILOGUE == 0:
-        tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)
-    elif EPILOGUE == 1:
-        res = tl.load(res_ptr + rows[:, None] * stride_res + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], (res + acc).to(out_ptr.dtype.element_ty),
-                 mask=ok)
+    if SPLIT_K > 1:
+        part = part_ptr + rows[:, None] * N + cols[None, :]
+        tl.store(part + tl.program_id(1) * BLOCK_M * N, acc, mask=ok)
+        tl.debug_barrier()                              # every thread's slice stored before the count is raised
+        if tl.atomic_add(arrived_ptr + pid, 1, sem="acq_rel") == SPLIT_K - 1:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for s in range(SPLIT_K):                    # slice order, whichever program is last: bit-reproducible
+                acc += tl.load(part + s * BLOCK_M * N, mask=ok, other=0.0, cache_modifier=".cg")
+            tl.atomic_xchg(arrived_ptr + pid, 0)         # ready for the next launch (a graph's replay)
+            _finish(acc, out_ptr, res_ptr, rows, cols, ok, stride_out, stride_res, EPILOGUE)
+    elif EPILOGUE <= 1:
+        _finish(acc, out_ptr, res_ptr, rows, cols, ok, stride_out, stride_res, EPILOGUE)
     elif EPILOGUE == 2:
         tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :],
                  (_gelu_tanh(acc) * acc2).to(out_ptr.dtype.element_ty), mask=ok)
@@ -147,22 +166,49 @@ def _check(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None) -> None
         raise ValueError("rows_matmul: float8 weights need their per-column scales (and only they)")
 
 
+def _split_scratch(w: torch.Tensor, split_k: int, n: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float32 slices and the arrival counts of a split-K product: one pair per weight matrix, made on its
+    first (eager) call and kept, so a captured graph replays on scratch of its own product. The counts are 0
+    between launches (the last program resets them): they carry nothing from one step to the next and belong
+    to no capsule. One weight matrix's products run on one stream at a time (an engine runs one step at once)."""
+    key = (w.data_ptr(), w.device, split_k, n, tiles)
+    if key not in _SCRATCH:
+        if w.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("rows_matmul: a split-K product must run once before a CUDA graph captures it "
+                               "(its arrival counts are made zeroed outside the capture)")
+        _SCRATCH[key] = (torch.empty((split_k, MAX_ROWS, n), dtype=torch.float32, device=w.device),
+                         torch.zeros(tiles, dtype=torch.int32, device=w.device))
+    return _SCRATCH[key]
+
+
+_SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
 def _launch(grid: int, x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, epilogue: str, n: int,
             norm_eps: float | None, config: Config | None, out=None, res=None, rope=None) -> None:
-    block_n, block_k, num_warps, num_stages = config or DEFAULT_CONFIGS[epilogue]
+    block_n, block_k, num_warps, num_stages, *split = config or DEFAULT_CONFIGS[epilogue]
+    split_k = split[0] if split else 1
     if x.dtype == torch.float32:        # four-byte tiles: bf16's four stages overflow shared memory (H100, 2026-12-07)
         num_stages = min(num_stages, FLOAT32_MAX_STAGES)
+    K = x.shape[1]
+    k_slice = triton.cdiv(triton.cdiv(K, split_k), block_k) * block_k
+    split_k = triton.cdiv(K, k_slice)                   # no empty slice
+    if split_k > 1 and (epilogue not in ("store", "residual") or norm_eps is not None):
+        raise ValueError(f"rows_matmul: split-K is for the store and residual epilogues without a norm, not "
+                         f"{epilogue}{' with a norm' if norm_eps is not None else ''}")
     dummy = x
+    part, arrived = _split_scratch(w, split_k, n, grid) if split_k > 1 else (dummy, dummy)
     cos, sin, q, k, v, valid, heads, kv_heads, half = rope or (dummy,) * 5 + (None, 0, 0, 1)
-    _rows_matmul_kernel[(grid,)](
+    _rows_matmul_kernel[(grid, split_k)](
         x, w, scale if scale is not None else dummy, out if out is not None else dummy,
-        res if res is not None else dummy, cos, sin, q, k, v, valid if valid is not None else dummy,
-        x.shape[0], n, x.shape[1], x.stride(0), out.stride(0) if out is not None else 0,
+        res if res is not None else dummy, cos, sin, q, k, v, valid if valid is not None else dummy, part, arrived,
+        x.shape[0], n, K, k_slice, x.stride(0), out.stride(0) if out is not None else 0,
         res.stride(0) if res is not None else 0, cos.stride(0), q.stride(0), k.stride(0), v.stride(0),
         float(norm_eps or 0.0),
         EPILOGUE=_EPILOGUES[epilogue], NORM=norm_eps is not None, W_SCALED=scale is not None,
         HAS_VALID=valid is not None, HEADS=heads, KV_HEADS=kv_heads, HALF=half,
-        BLOCK_M=MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages,
+        BLOCK_M=MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k, num_warps=num_warps,
+        num_stages=num_stages,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32")      # float32: exact products (no TF32)
 
 
