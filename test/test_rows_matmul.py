@@ -54,14 +54,17 @@ def test_rows_matmul_matches_reference(dtype, rows, n, k, residual, norm):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("norm", [True, False])
-def test_rows_gelu_gate_matches_reference(dtype, norm):
+@pytest.mark.parametrize("silu", [False, True])
+def test_rows_gelu_gate_matches_reference(dtype, norm, silu):
+    """The gated MLP's first product: π0's tanh-GELU gate, or Llama's SiLU gate (SmolVLA's expert)."""
     g = torch.Generator().manual_seed(3)
     x = torch.randn(51, 64, generator=g).to(DEVICE, dtype)
     w = (torch.randn(2 * 48, 64, generator=g) / 8).to(DEVICE, dtype)
-    out = kernels().rows_gelu_gate(x, w, norm_eps=1e-6 if norm else None, config=SMALL)
+    out = kernels().rows_gelu_gate(x, w, norm_eps=1e-6 if norm else None, config=SMALL, silu=silu)
+    gate = fused_rows.silu_gate if silu else fused_rows.gelu_gate
     with fast_kernels(False):
         product = x.float() @ w.float().t()
-        ref = fused_rows.gelu_gate(product, x=x.float(), eps=1e-6) if norm else fused_rows.gelu_gate(product)
+        ref = gate(product, x=x.float(), eps=1e-6) if norm else gate(product)
     assert out.shape == (51, 48)
     close(out, ref, dtype)
 

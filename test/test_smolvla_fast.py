@@ -191,3 +191,32 @@ def test_a_capsule_of_one_numerics_is_refused_by_the_other(tmp_path):
         fast.capsules.load("home")
     with pytest.raises(InvalidArgument, match="choose it once"):
         fast.policy.use_numerics("exact")
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_fast_plan_through_its_few_row_kernels_equals_exact(layout, tmp_path, monkeypatch):
+    """The kernels a GPU runs for the expert's chunk rows, in the plan, on the CPU: triton's interpreter takes every
+    few-row product (q / k / v with the folded norm and RoPE, the SiLU-gated gate / up, the output and down
+    products with their residuals) and the episode must give ``exact``'s actions within float32 rounding."""
+    from triton_interpret import INTERPRET, needs_triton
+    if needs_triton.args[0] or not INTERPRET:
+        pytest.skip("needs triton's interpreter (a GPU runs the same kernels in test_smolvla_cuda.py)")
+    import dataclasses
+    from flashrt_ros.ops import fused_rows, rows_matmul
+    from flashrt_ros.ops.triton import rows_matmul as kernels
+    vlm = dataclasses.replace(TINY_VLM, head_dim=32)        # the few-row RoPE kernel's smallest head
+    exact = make_engine(tmp_path, "exact", "x", vlm=vlm, **LAYOUTS[layout])
+    fast = make_engine(tmp_path, "fast", "f", vlm=vlm, **LAYOUTS[layout])
+    launched = {"store": 0, "residual": 0, "silu_gate": 0, "qkv_rope": 0}
+    launch = kernels._launch
+
+    def counted(grid, x, w, scale, epilogue, *args, **kwargs):
+        launched[epilogue] += 1
+        return launch(grid, x, w, scale, epilogue, *args, **kwargs)
+    monkeypatch.setattr(fused_rows, "use_triton", lambda x: True)
+    monkeypatch.setattr(rows_matmul, "use_triton", lambda x: True)
+    monkeypatch.setattr(kernels, "_launch", counted)
+    out = run(fast, 0, 7)
+    monkeypatch.undo()
+    assert launched["residual"] > 0 and launched["silu_gate"] > 0 and launched["qkv_rope"] > 0, launched
+    assert rel(out, run(exact, 0, 7)) <= 1e-5

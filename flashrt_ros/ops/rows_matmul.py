@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from flashrt_ros.ops.fp8 import fp8_linear, weight_only_linear
-from flashrt_ros.ops.fused_rows import gelu_gate, qkv_rope
+from flashrt_ros.ops.fused_rows import gelu_gate, qkv_rope, silu_gate
 from flashrt_ros.ops.triton import Switch, use_triton
 
 #: at most this many rows take the fused kernel (the tile holds them all)
@@ -52,14 +52,15 @@ def matmul_rows(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | No
 
 
 def gelu_gate_rows(x: torch.Tensor, w: torch.Tensor, *, scale: torch.Tensor | None = None,
-                   norm_eps: float | None = None) -> torch.Tensor:
-    """``ops.fused_rows.gelu_gate`` of ``x @ w.T`` (``w = [gate | up] (2F, K)``); ``norm_eps``: ``x`` are the raw
-    rows of a folded RMSNorm."""
+                   norm_eps: float | None = None, silu: bool = False) -> torch.Tensor:
+    """``ops.fused_rows.gelu_gate`` (``silu``: ``silu_gate``, Llama's MLP) of ``x @ w.T`` (``w = [gate | up]
+    (2F, K)``); ``norm_eps``: ``x`` are the raw rows of a folded RMSNorm."""
     if _fused(x):
         from flashrt_ros.ops.triton.rows_matmul import rows_gelu_gate
-        return rows_gelu_gate(x, w, scale=scale, norm_eps=norm_eps)
+        return rows_gelu_gate(x, w, scale=scale, norm_eps=norm_eps, silu=silu)
     product = _product(x, w, scale)
-    return gelu_gate(product) if norm_eps is None else gelu_gate(product, x=x, eps=norm_eps)
+    gate = silu_gate if silu else gelu_gate
+    return gate(product) if norm_eps is None else gate(product, x=x, eps=norm_eps)
 
 
 def qkv_rope_rows(x: torch.Tensor, w: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int,

@@ -15,7 +15,8 @@ happens on the accumulator before anything is written:
 - epilogue ``residual``: ``out = residual + acc`` (``out`` may be the residual
   itself: each program owns its columns);
 - epilogue ``gelu_gate``: the program takes matching column slices of the gate
-  and the up halves and writes ``gelu_tanh(gate) * up``;
+  and the up halves and writes ``gelu_tanh(gate) * up`` (``silu_gate``: Llama's
+  ``silu(gate) * up``, SmolVLA's expert);
 - epilogue ``qkv_rope``: the program takes matching slices of the two halves of
   one head, rotates them (RoPE) and writes queries, keys or values straight into
   their destination rows (zeros past ``valid``).
@@ -41,11 +42,12 @@ MAX_ROWS = 64
 Config = tuple[int, ...]
 #: defaults by epilogue, until a device run picks better ones (``benchmarks.kernel_expert``)
 DEFAULT_CONFIGS: dict[str, Config] = {"residual": (16, 128, 4, 4), "store": (16, 128, 4, 4),
-                                      "gelu_gate": (32, 128, 4, 4), "qkv_rope": (16, 128, 4, 4)}
+                                      "gelu_gate": (32, 128, 4, 4), "qkv_rope": (16, 128, 4, 4),
+                                      "silu_gate": (32, 128, 4, 4)}
 #: float32 tiles (the check path, not the fast one) are twice bf16's: at most this many pipeline stages, so a
 #: 64-row tile and two 128 x 32 weight tiles fit an H100's 227 KiB of shared memory
 FLOAT32_MAX_STAGES = 2
-_EPILOGUES = {"store": 0, "residual": 1, "gelu_gate": 2, "qkv_rope": 3}
+_EPILOGUES = {"store": 0, "residual": 1, "gelu_gate": 2, "qkv_rope": 3, "silu_gate": 4}
 
 
 @triton.jit
@@ -131,6 +133,9 @@ def _rows_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, res_ptr, cos_ptr, sin_
     elif EPILOGUE == 2:
         tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :],
                  (_gelu_tanh(acc) * acc2).to(out_ptr.dtype.element_ty), mask=ok)
+    elif EPILOGUE == 4:
+        tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :],
+                 (acc / (1.0 + tl.exp(-acc)) * acc2).to(out_ptr.dtype.element_ty), mask=ok)
     else:
         keep = 1.0
         if HAS_VALID:
@@ -227,13 +232,15 @@ def rows_matmul(x: torch.Tensor, w: torch.Tensor, *, residual: torch.Tensor | No
 
 
 def rows_gelu_gate(x: torch.Tensor, w: torch.Tensor, *, scale: torch.Tensor | None = None,
-                   norm_eps: float | None = None, config: Config | None = None) -> torch.Tensor:
-    """``gelu_tanh(g) * u`` with ``[g | u] = rms(x) x @ (w * scale).T``; ``w (2F, K)`` -> ``(M, F)``."""
+                   norm_eps: float | None = None, config: Config | None = None, silu: bool = False) -> torch.Tensor:
+    """``gelu_tanh(g) * u`` (``silu``: ``silu(g) * u``) with ``[g | u] = rms(x) x @ (w * scale).T``;
+    ``w (2F, K)`` -> ``(M, F)``."""
     _check(x, w, scale)
     f = w.shape[0] // 2
     out = torch.empty((x.shape[0], f), dtype=x.dtype, device=x.device)
-    block_n = (config or DEFAULT_CONFIGS["gelu_gate"])[0]
-    _launch(triton.cdiv(f, block_n), x, w, scale, "gelu_gate", f, norm_eps, config, out=out)
+    epilogue = "silu_gate" if silu else "gelu_gate"
+    block_n = (config or DEFAULT_CONFIGS[epilogue])[0]
+    _launch(triton.cdiv(f, block_n), x, w, scale, epilogue, f, norm_eps, config, out=out)
     return out
 
 

@@ -11,7 +11,10 @@ Here a layer is four matrix products, one attention and two row kernels
   ``rsqrt`` applied after it, inside the row kernel that follows;
 - the RoPE of queries and keys and the write of keys and values straight into
   their static rows are one kernel (``qkv_rope``); the output and down products
-  add the residual in cuBLAS (``addmm``); the SiLU gate is one row kernel;
+  add the residual in cuBLAS (``addmm``); the SiLU gate is one row kernel; the
+  expert's few rows (a chunk, at most 64) take ``ops.rows_matmul`` instead: one
+  kernel a product with the norm, the RoPE, the gate or the residual fused in
+  (π0's few-row kernels; the CPU computes the same torch expressions as before);
 - attention with grouped key heads (SmolVLM: 15 query heads over 5 key heads)
   without repeating keys: the query heads are stored group-major (head
   ``g * kv_heads + j`` reads key head ``j``; the q rows of the fused weight and
@@ -33,7 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashrt_ros.models.lerobot.smolvla.configuration_smolvla import VLMSizes
 from flashrt_ros.models.lerobot.smolvla.smolvla_net import LlamaLayer
-from flashrt_ros.ops.fused_rows import qkv_rope, silu_gate
+from flashrt_ros.ops.rows_matmul import gelu_gate_rows, matmul_rows, qkv_rope_rows
 
 #: SDPA's memory-efficient kernel reads a mask without padding it when its rows are 16-element aligned
 ALIGN = 16
@@ -85,8 +88,8 @@ class FastLlamaLayer(nn.Module):
         ``k_dst`` / ``v_dst`` (``(L, kv_heads, D)`` static rows; rows from ``valid`` on: zeros)."""
         s = self.sizes
         q = torch.empty(x.shape[0], s.text_heads, s.head_dim, dtype=x.dtype, device=x.device)
-        qkv_rope(x @ self.qkv.t(), cos, sin, s.text_heads, s.text_kv_heads, q, k_dst, v_dst, x=x,
-                 eps=s.rms_norm_eps, valid=valid)
+        qkv_rope_rows(x, self.qkv, cos, sin, s.text_heads, s.text_kv_heads, q, k_dst, v_dst, norm_eps=s.rms_norm_eps,
+                      valid=valid)
         return q
 
     def project_q(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -94,7 +97,7 @@ class FastLlamaLayer(nn.Module):
         s = self.sizes
         q = torch.empty(x.shape[0], s.text_heads, s.head_dim, dtype=x.dtype, device=x.device)
         none = q[:, :0]
-        qkv_rope(x @ self.q.t(), cos, sin, s.text_heads, 0, q, none, none, x=x, eps=s.rms_norm_eps)
+        qkv_rope_rows(x, self.q, cos, sin, s.text_heads, 0, q, none, none, norm_eps=s.rms_norm_eps)
         return q
 
     def project_kv(self, keys: Tensor, values: Tensor, k_dst: Tensor, v_dst: Tensor) -> None:
@@ -106,8 +109,9 @@ class FastLlamaLayer(nn.Module):
 
     def rest(self, x: Tensor, attn: Tensor) -> Tensor:
         """Output product (+ residual), then the MLP with its folded norm (+ residual)."""
-        x = torch.addmm(x, attn, self.o.t())
-        return torch.addmm(x, silu_gate(x @ self.gate_up.t(), x=x, eps=self.sizes.rms_norm_eps), self.down.t())
+        x = matmul_rows(attn, self.o, residual=x)
+        return matmul_rows(gelu_gate_rows(x, self.gate_up, norm_eps=self.sizes.rms_norm_eps, silu=True), self.down,
+                           residual=x)
 
 
 #: a masked attention on CUDA: the memory-efficient kernel (masks, capturable), else the math one
