@@ -57,13 +57,17 @@ def default_numerics(device: torch.device | str) -> str:
 
 def default_dtype(path: str | Path, device: torch.device) -> torch.dtype:
     """The dtype a checkpoint runs in when none is asked for: bfloat16 for π0 / π0.5 on CUDA (a 3.3 B model;
-    LeRobot's own default there), float32 otherwise (the precision the parity tests check)."""
+    LeRobot's own default there) and for GR00T on CUDA when its config keeps LeRobot's ``use_bf16`` (default
+    true: bf16 autocast over float32 weights), float32 otherwise (the precision the parity tests check)."""
     if torch.device(device).type != "cuda":
         return torch.float32
     try:
-        kind = json.loads((Path(path).expanduser() / CONFIG).read_text()).get("type")
+        config = json.loads((Path(path).expanduser() / CONFIG).read_text())
     except (OSError, ValueError):
         return torch.float32                       # load_lerobot_policy reports what is wrong
+    kind = config.get("type")
+    if kind == "groot":
+        return torch.bfloat16 if config.get("use_bf16", True) else torch.float32
     return torch.bfloat16 if kind in ("pi0", "pi05") else torch.float32
 
 

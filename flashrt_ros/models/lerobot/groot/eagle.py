@@ -17,6 +17,8 @@ once (``rope_table``).
 """
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 
 import torch
@@ -104,12 +106,18 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _no_autocast(device: torch.device):
+    """Autocast off (where a device has it; the meta device of the shape tests has none)."""
+    return torch.autocast(device.type, enabled=False) if device.type in ("cpu", "cuda") else contextlib.nullcontext()
+
+
 def rope(positions: Tensor, s: Qwen3Sizes, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """``(cos, sin)`` (B, T, head_dim) of Qwen3's default RoPE, transformers' float32 arithmetic."""
     inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.int64).to(
         device=positions.device, dtype=torch.float) / s.head_dim))
     inv = inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
-    freqs = (inv.float() @ positions[:, None, :].float()).transpose(1, 2)
+    with _no_autocast(positions.device):               # float32 under bf16 autocast, as transformers computes it
+        freqs = (inv.float() @ positions[:, None, :].float()).transpose(1, 2)
     emb = torch.cat((freqs, freqs), dim=-1)
     return (emb.cos() * 1.0).to(dtype), (emb.sin() * 1.0).to(dtype)
 

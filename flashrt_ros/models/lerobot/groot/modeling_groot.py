@@ -39,11 +39,18 @@ Numerics (``use_numerics``, once, at load):
   The flow's time tables and the language model's RoPE table are made once per device and kept (pure functions
   of the weights, which are loaded before the first plan). What may differ from ``exact`` is the rounding of
   products over more rows and of masked attention: equal within float32 rounding, not promised bit-identical
-  (``test_groot_fast.py`` declares the bound; on its CPU the episode measured bit-identical). float32 only:
-  LeRobot's bf16 autocast is not reproduced and its parity not measured.
+  (``test_groot_fast.py`` declares the bound; on its CPU the episode measured bit-identical).
+
+Precision (``cast``): float32, or bfloat16 as LeRobot's ``use_bf16`` runs it: the weights stay float32 and every
+plan (a replan, a redraw, a replan from context) runs under ``torch.autocast(bfloat16)``, with the camera pixels
+and the normalised state rounded to bf16 first (``GR00TN15.prepare_input``). So the products run in bf16 and the
+norms, the RoPE tables and the Euler sum in float32, where LeRobot runs them: bit-identical to LeRobot's bf16 on
+the CPU (``test_groot_bf16.py``). The arena buffers keep their float32 dtype (every bf16 value fits), and the
+capsule fingerprint names the precision.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -102,6 +109,7 @@ class GrootPolicy(PolicyModule):
         super().__init__()
         self.cfg = cfg
         self.obs_dim, self.act_dim = cfg.state_dim, cfg.action_dim
+        self.compute_dtype = torch.float32              # ``cast``: bfloat16 runs the plans under LeRobot's autocast
         self._groot_model = GrootModel(cfg)
         self.prompt = EaglePrompt(cfg.assets_dir, cfg.tokens_per_image)
         for name in ("observation.state.min", "observation.state.max", "action.min", "action.max"):
@@ -127,7 +135,7 @@ class GrootPolicy(PolicyModule):
         return out
 
     def config(self) -> dict:
-        return {"type": "groot", "numerics": self.numerics, **jsonable({k: str(v) if isinstance(v, Path) else v
+        return {"type": "groot", "numerics": self.numerics, "compute_dtype": str(self.compute_dtype), **jsonable({k: str(v) if isinstance(v, Path) else v
                                                                        for k, v in asdict(self.cfg).items()})}
 
     def use_numerics(self, numerics: str) -> None:
@@ -141,10 +149,21 @@ class GrootPolicy(PolicyModule):
         self.numerics = numerics
 
     def cast(self, dtype: torch.dtype) -> None:
-        """float32 only so far, in both numerics (the parity-checked precision; LeRobot's bf16 autocast is not
-        reproduced and its parity not measured)."""
-        if dtype != torch.float32:
-            raise InvalidArgument(f"GR00T runs in float32 so far, not {dtype}")
+        """float32, or bfloat16 as LeRobot's ``use_bf16`` (module doc: float32 weights, plans under bf16
+        autocast), in both numerics; chosen at load (the capsule fingerprint names it)."""
+        if dtype not in (torch.float32, torch.bfloat16):
+            raise InvalidArgument(f"GR00T runs in float32 or bfloat16 (LeRobot's use_bf16 autocast), not {dtype}")
+        self.compute_dtype = dtype
+
+    def _compute(self, device: torch.device):
+        """The plan's precision context: LeRobot's bf16 autocast, or nothing for float32."""
+        if self.compute_dtype != torch.bfloat16:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+
+    def _rounded(self, x: Tensor) -> Tensor:
+        """An input as ``GR00TN15.prepare_input`` hands it on: rounded to bf16 under ``use_bf16``."""
+        return x.to(torch.bfloat16) if self.compute_dtype == torch.bfloat16 else x
 
     @property
     def dtype(self) -> torch.dtype:
@@ -243,25 +262,29 @@ class GrootPolicy(PolicyModule):
                                   "use numerics fast on CUDA")
         eagle = self._groot_model.backbone.eagle_model
         frames = [observation[cam] for cam in self.cfg.cameras]
-        arena[self.IMAGES].copy_(eagle.image_tokens(eagle_pixels(frames, eagle.sizes.image_size)).flatten(0, 1))
+        pixels = self._rounded(eagle_pixels(frames, eagle.sizes.image_size))   # the preprocessor: no autocast
         state = normalize_state(observation[STATE], self.state_min, self.state_max, self.cfg.max_state_dim)
         arena[self.STATE_VEC].copy_(state.flatten())
-        self._encode_prompt(arena)
-        self._denoise(arena, arena[self.PLANS])
+        with self._compute(arena[self.IMAGES].device):
+            arena[self.IMAGES].copy_(eagle.image_tokens(pixels).flatten(0, 1))
+            self._encode_prompt(arena)
+            self._denoise(arena, arena[self.PLANS])
         arena[self.PLANS].add_(1)
 
     def redraw_chunk(self, arena: StateArena) -> None:
         """The noise stream's first chunk over the stored features (``PolicyEngine.redraw``; only the action head)."""
         arena[self.PLANS].zero_()
-        self._denoise(arena, arena[self.PLANS])
+        with self._compute(arena[self.PLANS].device):
+            self._denoise(arena, arena[self.PLANS])
         arena[self.PLANS].add_(1)
 
     def replan_from_context(self, arena: StateArena) -> None:
         """The last chunk planned again from the stored image tokens and state with the current prompt and the
         same noise draw (``PolicyEngine.replan_from_context``): the language model and the action head run,
         SigLIP does not. Equal to the plan a replanning step with this instruction made."""
-        self._encode_prompt(arena)
-        self._denoise(arena, (arena[self.PLANS] - 1).clamp(min=0))
+        with self._compute(arena[self.PLANS].device):
+            self._encode_prompt(arena)
+            self._denoise(arena, (arena[self.PLANS] - 1).clamp(min=0))
 
     def _encode_prompt(self, arena: StateArena) -> None:
         """The language model over the prompt with the stored image tokens written in, through ``eagle_linear``,
@@ -323,7 +346,8 @@ class GrootPolicy(PolicyModule):
         s = head.sizes
         noise = normal(arena[self.RNG_SEED], counter, s.action_horizon * s.action_dim).view(1, s.action_horizon,
                                                                                          s.action_dim)
-        chunk = head.sample(features, arena[self.STATE_VEC].view(1, 1, -1), self.embodiment, noise, tables, key_mask)
+        state = self._rounded(arena[self.STATE_VEC].view(1, 1, -1))
+        chunk = head.sample(features, state, self.embodiment, noise, tables, key_mask)
         queue_chunk(chunk[0, s.action_horizon - self.cfg.n_action_steps:], arena[self.QUEUE], arena[self.LEFT])
 
     def planned_actions(self, arena: StateArena) -> Tensor:
