@@ -11,6 +11,9 @@
 #   benchmarks/campaign_groot.sh 2 OUT   LeRobot eager (if part 1 had no time for it), then LeRobot compiled
 #                                        (torch.compile of the Eagle backbone and the DiT, reduce-overhead) into the
 #                                        same JSON, checked against the cached reference
+#   benchmarks/campaign_groot.sh 3 OUT   bf16 as LeRobot's use_bf16 runs it (autocast over float32 weights) on every
+#                                        side: ours-fast, the self-test, LeRobot eager, then LeRobot compiled, in the
+#                                        row groot|2|bfloat16 of the same JSON, against the same float32 reference
 # Carry .whl (LeRobot 0.4.4's wheels: scripts/reference_wheels.sh 3.12, without av: benchmarks/device_stubs/av
 # stands in) and .whl-groot (transformers 4.57.6, tokenizers 0.22.2, huggingface-hub 0.36.0, the pins of
 # requirements-groot-reference.txt: scripts/reference_wheels.sh 3.12 groot), e.g. run(carry=[".whl", ".whl-groot"]).
@@ -18,7 +21,7 @@
 # are stubbed (test/groot_reference/env.py). Every step is bounded so a command ends inside the device's 10 minutes;
 # what finished is copied to OUT after each step.
 set -uo pipefail
-PART="${1:?part 1 or 2}"; OUT="${2:?output directory}"; W=/tmp/campaign_groot
+PART="${1:?part 1, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign_groot
 TARBALL="campaign_groot_part$PART.tar.gz"
 source benchmarks/campaign_lib.sh
 wheels .whl-groot /tmp/groot-ref
@@ -40,6 +43,11 @@ if [ "$PART" = 1 ]; then
     timeout "$(upto 20)" "${RACE[@]}" --sides lerobot 2>&1 | tee -a "$W/groot_race_log.txt"
     echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
   fi
+elif [ "$PART" = 3 ]; then
+  timeout "$(( $(left) / 2 ))" "${RACE[@]}" --dtypes bfloat16 --sides ours-fast,selftest-skip-dit-block,lerobot 2>&1 \
+    | tee -a "$W/groot_race_log.txt"; echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
+  timeout "$(upto 20)" "${RACE[@]}" --dtypes bfloat16 --sides compiled 2>&1 | tee -a "$W/groot_race_log.txt"
+  echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/groot_race_log.txt"; save
 else
   if ! grep -q '"lerobot"' "$W/groot_2cam.json" 2>/dev/null; then
     timeout "$(( $(left) / 3 ))" "${RACE[@]}" --sides lerobot 2>&1 | tee -a "$W/groot_race_log.txt"

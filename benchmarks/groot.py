@@ -6,9 +6,11 @@ flow steps; seeded random weights, no hub, the Eagle assets a stand-in: ``test/g
 LeRobot's GR00T needs transformers 4.57.6, so every LeRobot side runs in a process of its own
 (``groot_reference.bench``), one after the other on the same GPU; ours runs in this process. 2 cameras at
 224 x 224 (``--smoke``: the tiny test sizes, ``Case``'s frames, a replan every 8 steps), a 6-D state and a
-5-D action; the task string below; float32 everywhere (TF32 off), the only precision our GR00T runs.
+5-D action; the task string below; float32 (TF32 off), and with ``--dtypes bfloat16`` bf16 as LeRobot's ``use_bf16``
+runs it (autocast over the float32 weights) on every side, ours included (``GrootPolicy.cast``), in a row of its own
+checked against the same float32 reference with ``GROOT_BOUNDS``' bf16 bound.
 
-* LeRobot eager: ``select_action`` on batches its preprocessor made (not timed), float32 (``use_bf16`` False),
+* LeRobot eager: ``select_action`` on batches its preprocessor made (not timed), ``use_bf16`` set by the row,
   the Eagle attention ``sdpa`` (flash-attn is not installed), replan ``p`` given our counter stream's noise
   (``ops.counter_rng.normal(0, p)``, shape (1, horizon, max_action_dim)) in place of its ``torch.randn``;
 * LeRobot compiled: the same with ``torch.compile`` (``--compile-mode``, default ``reduce-overhead``) of the Eagle
@@ -33,6 +35,7 @@ Ours also: a fork's new noise draw (``redraw``: the action head only), a re-inst
     python -m benchmarks.groot --checkpoint /tmp/groot_2cam --sides ours-fast,selftest-skip-dit-block,lerobot \\
         --json docs/benchmarks/groot_h100.json --out docs/benchmarks/groot_h100.md
     python -m benchmarks.groot --checkpoint /tmp/groot_2cam --sides compiled --json J --out M
+    python -m benchmarks.groot --checkpoint /tmp/groot_2cam --dtypes bfloat16 --json J --out M
     python -m benchmarks.groot --smoke       # tiny sizes, CPU allowed: checks the script runs (test_bench_groot.py)
 """
 from __future__ import annotations
@@ -60,7 +63,7 @@ POLICY = "groot"                                  # benchmarks.action_checks.POL
 SIDES = ("ours-fast", "lerobot", "compiled")
 #: deliberately broken forms of ours-fast (``break_policy``): each must fail ours-fast's bound
 SELF_TEST_SIDES = ("selftest-skip-dit-block",)
-DTYPE = "float32"
+DTYPES = ("float32", "bfloat16")               # bfloat16: LeRobot's use_bf16 (autocast over float32 weights)
 
 
 def break_policy(policy, form: str):
@@ -113,7 +116,7 @@ def noise_actions(directory: Path, noise: torch.Tensor, steps: int) -> torch.Ten
     return unnormalize_action(rows, st["action.min"].float(), st["action.max"].float())
 
 
-def check_displacement(row: dict, refs: dict, baseline: torch.Tensor, chunk: int) -> list[str]:
+def check_displacement(row: dict, refs: dict, baseline: torch.Tensor, chunk: int, dtype: str) -> list[str]:
     """``benchmarks.pi0.check_row`` (``GROOT_BOUNDS``) on every side's flow displacement, its actions less
     ``baseline`` (``noise_actions``), against the reference's; the raw actions' errors kept beside
     (``check["actions"]``). Why: with seeded random weights the flow moves GR00T's actions by about 1 % of
@@ -126,7 +129,7 @@ def check_displacement(row: dict, refs: dict, baseline: torch.Tensor, chunk: int
     for side, s in row.items():
         a = s.get("actions")
         view[side] = {**s, "actions": a - baseline[:len(a)]} if isinstance(a, torch.Tensor) else s
-    failures = check_row(view, DTYPE, shifted, chunk, POLICY)
+    failures = check_row(view, dtype, shifted, chunk, POLICY)
     for side, s in view.items():
         if "check" in s:
             row[side]["check"] = s["check"]
@@ -137,18 +140,18 @@ def check_displacement(row: dict, refs: dict, baseline: torch.Tensor, chunk: int
 
 
 def lerobot_side(directory: Path, compiled: bool, args, obs_file: Path, noise_file: Path, device: str, tmp: Path,
-                 episodes: int | None = None) -> dict:
+                 episodes: int | None = None, dtype: str = "float32") -> dict:
     """One LeRobot side in the GR00T reference process: ``summarize`` of its episodes, its checked actions, its
     peak. ``episodes=0``: only the checked episode (the reference of the checks)."""
     from groot_reference import reference_env
     from safetensors.torch import load_file
-    name = f"lerobot{' compiled' if compiled else ''} {DTYPE}"
+    name = f"lerobot{' compiled' if compiled else ''} {dtype}"
     out = tmp / f"{name.replace(' ', '_')}.json"
     n = args.episodes if episodes is None else episodes
     spec = dict(name=name, directory=str(directory), compile_model=compiled, compile_mode=args.compile_mode,
                 device=device, observations=str(obs_file), noise=str(noise_file), task=TASK, steps=args.steps,
                 episodes=n, warmup=args.warmup if n else 0, check_steps=args.check_steps, out=str(out),
-                no_tf32=True, compile_warmup_max=6, attn="sdpa", threads=args.threads)
+                no_tf32=True, compile_warmup_max=6, attn="sdpa", threads=args.threads, use_bf16=dtype == "bfloat16")
     spec_file = tmp / f"{name.replace(' ', '_')}_spec.json"
     spec_file.write_text(json.dumps(spec))
     t0 = time.perf_counter()
@@ -166,11 +169,13 @@ def lerobot_side(directory: Path, compiled: bool, args, obs_file: Path, noise_fi
             "actions": load_file(str(out.with_suffix(".safetensors")))["actions"]}
 
 
-def our_side(directory: Path, obs: list[dict], args, device: torch.device, tmp: Path, selftest: str = "") -> dict:
-    """``benchmarks.pi0.engine_side`` for the checkpoint in ``numerics: fast``, float32. ``selftest``: a
-    deliberately broken form (``break_policy``), only its checked episode."""
+def our_side(directory: Path, obs: list[dict], args, device: torch.device, tmp: Path, selftest: str = "",
+             dtype: str = "float32") -> dict:
+    """``benchmarks.pi0.engine_side`` for the checkpoint in ``numerics: fast`` and ``dtype`` (bfloat16: LeRobot's
+    autocast, ``GrootPolicy.cast``). ``selftest``: a deliberately broken form (``break_policy``), only its checked
+    episode."""
     def load() -> torch.nn.Module:
-        policy = load_lerobot_policy(directory, numerics="fast")
+        policy = load_lerobot_policy(directory, dtype=getattr(torch, dtype), numerics="fast")
         if selftest:
             break_policy(policy, selftest)
         return policy
@@ -201,24 +206,24 @@ def references(directory: Path, args, obs_file: Path, noise_file: Path, device: 
 def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
     nan = float("nan")
     lines = ["# GR00T N1.5 over whole episodes: our engine (captured) vs LeRobot eager and LeRobot compiled", "",
-             f"Machine: {machine_name}. float32 (TF32 off). Times in ms: median episode (from a reset), replan and "
+             f"Machine: {machine_name}. float32 (TF32 off) or bf16 (LeRobot's use_bf16 autocast). Times in ms: median episode (from a reset), replan and "
              "pop p50 / p99; peak device memory in GiB. Check (`benchmarks/action_checks.py`, `GROOT_BOUNDS`, "
              "declared before the run): the checked episode's flow displacement (its actions less what the noise "
              "alone gives, `benchmarks.groot.check_displacement`), relative RMS / relative max against LeRobot "
              "eager float32's on the same checkpoint, observations and noise; the raw actions' relative RMS "
              "beside it; a self-test side must FAIL its bound.", "",
-             "| policy | cameras | side | episode | replan p50 / p99 | pop p50 / p99 | peak GiB | "
+             "| policy | cameras | dtype | side | episode | replan p50 / p99 | pop p50 / p99 | peak GiB | "
              "check: displacement rms / max (bound) | actions rms | verdict | replan speed-up of ours-fast |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, r in sorted(rows.items()):
-        kind, cameras, _dtype = key.split("|")
+        kind, cameras, dtype = key.split("|")
         fast = r.get("ours-fast", {})
         for side in SIDES + SELF_TEST_SIDES:
             s = r.get(side)
             if s is None:
                 continue
             if "error" in s:
-                lines.append(f"| {kind} | {cameras} | {side} | failed: {s['error'][-200:]!r} ||||||| FAIL ||")
+                lines.append(f"| {kind} | {cameras} | {dtype} | {side} | failed: {s['error'][-200:]!r} ||||||| FAIL ||")
                 continue
             c = s.get("check", {})
             verdict = ("PASS" if c.get("passed") else "FAIL") + (" (self-test: must fail)" if side in SELF_TEST_SIDES
@@ -228,23 +233,23 @@ def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
                        f"{b.get('max', nan):.2g})" if e else c.get("why", "not checked"))
             raw = c.get("actions", {}).get("rms", nan)
             if "replan_p50_ms" not in s:
-                lines.append(f"| {kind} | {cameras} | {side} | | | | | {checked} | {raw:.2e} | {verdict} | |")
+                lines.append(f"| {kind} | {cameras} | {dtype} | {side} | | | | | {checked} | {raw:.2e} | {verdict} | |")
                 continue
             speed = (f"{s['replan_p50_ms'] / fast['replan_p50_ms']:.2f}x" if fast.get("replan_p50_ms")
                      and side != "ours-fast" else "-")
-            lines.append(f"| {kind} | {cameras} | {side} | {s['episode_ms']:.1f} | "
+            lines.append(f"| {kind} | {cameras} | {dtype} | {side} | {s['episode_ms']:.1f} | "
                          f"{s['replan_p50_ms']:.2f} / {s['replan_p99_ms']:.2f} | {s['pop_p50_ms']:.3f} / "
                          f"{s['pop_p99_ms']:.3f} | {s.get('peak_gib', nan):.2f} | {checked} | {raw:.2e} | {verdict} "
                          f"| {speed} |")
-    lines += ["", "| policy | cameras | ours | redraw p50 | cold replan p50 | re-instruct (fork) p50 | "
+    lines += ["", "| policy | cameras | dtype | ours | redraw p50 | cold replan p50 | re-instruct (fork) p50 | "
               "snapshot / restore ms | weights / engine / peak GiB | load s / capture s |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, r in sorted(rows.items()):
-        kind, cameras, _dtype = key.split("|")
+        kind, cameras, dtype = key.split("|")
         o = r.get("ours-fast")
         if not o or "error" in o:
             continue
-        lines.append(f"| {kind} | {cameras} | ours-fast | {engine_cells(o)} |")
+        lines.append(f"| {kind} | {cameras} | {dtype} | ours-fast | {engine_cells(o)} |")
     if failures:
         lines += ["", "## Checks failed", ""] + [f"- {f}" for f in failures]
     return "\n".join(lines) + "\n"
@@ -255,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", type=Path, help="write the checkpoint here and stop")
     ap.add_argument("--checkpoint", type=Path, help="a checkpoint --build wrote (else one is built in a temp dir)")
     ap.add_argument("--sides", help=f"any of {SIDES + SELF_TEST_SIDES} (default: all; --smoke: all but compiled)")
+    ap.add_argument("--dtypes", default="float32", help=f"comma-separated, of {DTYPES} (bfloat16: LeRobot's use_bf16 "
+                    "autocast on both sides, checked against the float32 reference)")
     ap.add_argument("--steps", type=int, default=200, help="control steps per episode (a replan every "
                     "n_action_steps)")
     ap.add_argument("--episodes", type=int, default=5, help="timed episodes per side")
@@ -284,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     sides = choose_sides(args.sides, SIDES + SELF_TEST_SIDES, args.smoke)
+    dtypes = args.dtypes.split(",")
+    if any(d not in DTYPES for d in dtypes):
+        sys.exit(f"--dtypes {args.dtypes}: each of {DTYPES}")
     failures: list[str] = []
     rows = load_rows(args.json)
     name = machine(device)
@@ -306,24 +316,26 @@ def main(argv: list[str] | None = None) -> int:
         baseline = noise_actions(directory, noise, args.check_steps)
         chunk = json.loads((directory / "config.json").read_text()).get("n_action_steps", 16)
         refs = references(directory, args, obs_file, noise_file, str(device), tmp)
-        key = f"{POLICY}|{case['cameras']}|{DTYPE}"
-        row = rows.setdefault(key, {})               # a split run adds its sides to the row
-        for side in sides:
-            if side.startswith("ours-") or side in SELF_TEST_SIDES:
-                try:
-                    row[side] = our_side(directory, obs, args, device, tmp / "caps",
-                                         selftest="" if side.startswith("ours-") else side)
-                except Exception as exc:                    # recorded and reported; the run goes on
-                    import traceback
-                    row[side] = {"error": traceback.format_exc()[-3000:]}
-                    print(f"[groot] {side} failed: {exc!r}", flush=True)
-            else:
-                row[side] = lerobot_side(directory, side == "compiled", args, obs_file, noise_file, str(device), tmp)
-            check_displacement({side: row[side]}, refs, baseline, chunk)     # the verdict in every partial write
+        for dtype in dtypes:
+            key = f"{POLICY}|{case['cameras']}|{dtype}"
+            row = rows.setdefault(key, {})               # a split run adds its sides to the row
+            for side in sides:
+                if side.startswith("ours-") or side in SELF_TEST_SIDES:
+                    try:
+                        row[side] = our_side(directory, obs, args, device, tmp / "caps",
+                                             selftest="" if side.startswith("ours-") else side, dtype=dtype)
+                    except Exception as exc:                    # recorded and reported; the run goes on
+                        import traceback
+                        row[side] = {"error": traceback.format_exc()[-3000:]}
+                        print(f"[groot] {side} {dtype} failed: {exc!r}", flush=True)
+                else:
+                    row[side] = lerobot_side(directory, side == "compiled", args, obs_file, noise_file, str(device),
+                                             tmp, dtype=dtype)
+                check_displacement({side: row[side]}, refs, baseline, chunk, dtype)   # the verdict in every write
+                write()
+            failures += check_displacement(row, refs, baseline, chunk, dtype)
+            print_row(key, row)
             write()
-        failures += check_displacement(row, refs, baseline, chunk)
-        print_row(key, row)
-        write()
     return report(markdown(rows, name, failures), failures, "groot")
 
 

@@ -47,12 +47,20 @@ def test_smoke_checks_every_side_and_the_self_test_fails(tmp_path: Path, monkeyp
     assert check["expected_to_fail"] and check["passed"] and not check["within"]
     assert check["errors"]["rms"] > 10 * check["bound"]["rms"]
     text = md.read_text()
-    assert "| groot | 2 | ours-fast |" in text and "(self-test: must fail)" in text
+    assert "| groot | 2 | float32 | ours-fast |" in text and "(self-test: must fail)" in text
     assert computed == [True]                         # the float32 reference, computed once ...
     computed.clear()
     assert groot.main(common + ["--sides", "ours-fast"]) == 0
     assert computed == []                             # ... and then read from the cache
     assert json.loads(out.read_text())["groot|2|float32"]["ours-fast"]["check"]["passed"]
+    # bf16 (LeRobot's use_bf16 autocast on both sides): its own row, checked against the same float32 reference
+    assert groot.main(common + ["--dtypes", "bfloat16", "--out", str(md)]) == 0
+    assert computed == []
+    bf16 = json.loads(out.read_text())["groot|2|bfloat16"]
+    for side in ("ours-fast", "lerobot"):
+        check = bf16[side]["check"]
+        assert check["passed"] and check["bound"]["reference"] == "float32" and check["errors"]["rms"] > 1e-4, side
+    assert bf16["selftest-skip-dit-block"]["check"]["passed"] and not bf16["selftest-skip-dit-block"]["check"]["within"]
 
 
 def test_the_displacement_check_catches_a_flow_that_moves_nothing_and_a_wrong_side() -> None:
@@ -63,21 +71,22 @@ def test_the_displacement_check_catches_a_flow_that_moves_nothing_and_a_wrong_si
     ref = baseline + 0.01 * torch.linspace(1.0, 2.0, 10).view(5, 2)
     row = {"ours-fast": {"actions": baseline.clone()}, "lerobot": {"actions": ref.clone()},
            "selftest-skip-dit-block": {"actions": baseline + 0.0105 * torch.linspace(1.0, 2.0, 10).view(5, 2)}}
-    failures = groot.check_displacement(row, {"float32": ref}, baseline, chunk=2)
+    failures = groot.check_displacement(row, {"float32": ref}, baseline, chunk=2, dtype="float32")
     assert len(failures) == 1 and failures[0].startswith("ours-fast float32: rms")
     assert row["ours-fast"]["check"]["errors"]["rms"] > 0.99 and row["ours-fast"]["check"]["actions"]["rms"] < 0.03
     assert row["lerobot"]["check"]["passed"]
     assert row["selftest-skip-dit-block"]["check"]["passed"]           # 5 % of the displacement: caught
     assert torch.equal(row["lerobot"]["actions"], ref)                  # the row keeps the raw actions
-    missing = groot.check_displacement({"ours-fast": {"actions": ref}}, {"float32": "boom"}, baseline, chunk=2)
+    missing = groot.check_displacement({"ours-fast": {"actions": ref}}, {"float32": "boom"}, baseline, chunk=2, dtype="float32")
     assert len(missing) == 1 and "no float32 reference" in missing[0] and "boom" in missing[0]
 
 
 def test_every_groot_side_has_a_declared_bound_and_pi0s_are_unchanged() -> None:
     for side in groot.SIDES + groot.SELF_TEST_SIDES:
-        bound = action_checks.bound_for(side, "float32", "groot")
-        assert bound is not None and bound.reference == "float32" and bound.rms > 0 and bound.max > 0, side
-        assert action_checks.bound_for(side, "bfloat16", "groot") is None       # GR00T runs float32 only
+        for dtype in groot.DTYPES:                 # bf16 too: LeRobot's autocast, against the float32 reference
+            bound = action_checks.bound_for(side, dtype, "groot")
+            assert bound is not None and bound.reference == "float32" and bound.rms > 0 and bound.max > 0, side
+        assert action_checks.bound_for(side, "float16", "groot") is None
     assert action_checks.bound_for("selftest-skip-dit-block", "float32", "groot") == \
         action_checks.bound_for("ours-fast", "float32", "groot")
     assert action_checks.bound_for("ours-fast", "bfloat16") is action_checks.BOUNDS[("ours-fast", "bfloat16")]

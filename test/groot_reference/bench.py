@@ -2,7 +2,8 @@
 
 ``python -m groot_reference.bench SPEC.json`` (environment: ``groot_reference.reference_env``) loads a checkpoint
 that ``groot_reference.reference`` wrote with LeRobot's own loaders (``reference.load_checkpoint``:
-``GrootPolicy.from_pretrained`` and the saved pipelines), float32 (the checkpoint's ``use_bf16`` is False), the
+``GrootPolicy.from_pretrained`` and the saved pipelines), in the spec's precision (``use_bf16``: LeRobot's bf16
+autocast over its float32 weights, set on the loaded policy as ``GrootConfig.use_bf16`` would; else float32), the
 Eagle model's attention ``sdpa`` (flash-attn is not installed: ``env.no_flash_attention``), on the spec's device.
 It preprocesses the spec's observations once (not timed), then runs warm-up episodes (compiled: until an
 episode compiles nothing, as the π0 race) and ``episodes`` timed episodes of ``steps`` ``select_action`` calls
@@ -46,8 +47,10 @@ def main(spec_path: str) -> None:
     case = Case(directory=spec["directory"])
     t0 = time.perf_counter()
     policy, pre, post = load_checkpoint(case)
-    if policy.config.use_bf16:
-        raise RuntimeError("the GR00T race runs LeRobot in float32: the checkpoint says use_bf16")
+    use_bf16 = bool(spec.get("use_bf16", False))        # the side's precision, whatever the checkpoint says
+    policy.config.use_bf16 = use_bf16                   # predict_action_chunk's autocast
+    policy._groot_model.compute_dtype = "bfloat16" if use_bf16 else "float32"     # prepare_input's casts
+    policy._groot_model.config.compute_dtype = policy._groot_model.compute_dtype
     policy = policy.to(device).eval()
     load_s = time.perf_counter() - t0
     model = policy._groot_model
