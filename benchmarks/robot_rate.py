@@ -21,8 +21,8 @@ Measured over a window after warm-up:
     python -m benchmarks.robot_rate --policy smolvla --device cuda --dtype bfloat16 --rate 50   # GPU
     python -m benchmarks.robot_rate --policy diffusion --device cuda --rate 30 --timeline       # + stall causes
 
-``--policy act2cam`` (default) is the 2-camera ACT below; ``act``, ``diffusion`` and ``smolvla``
-are ``benchmarks.policies`` / ``benchmarks.smolvla``'s checkpoints at ``--size`` (full: the
+``--policy act2cam`` (default) is the 2-camera ACT below; ``act``, ``diffusion``, ``smolvla``, ``pi0`` and
+``pi05`` are ``benchmarks.policies`` / ``benchmarks.smolvla`` / ``benchmarks.pi0``'s checkpoints at ``--size`` (full: the
 ALOHA ACT, PushT Diffusion, SmolVLA at its published size with 3 cameras 256x256 and its
 instruction),
 whose cameras are published at the policy's own image size unless ``--camera-size``
@@ -86,6 +86,11 @@ def build_checkpoint(args: argparse.Namespace, directory: Path) -> tuple[str, st
         from benchmarks.smolvla import TASK, make_checkpoint
         make_checkpoint(directory, smoke=size == "smoke")
         return f"built: SmolVLA ({'smoke' if size == 'smoke' else 'published'} size)", TASK
+    if args.policy in ("pi0", "pi05"):       # the race's checkpoint (benchmarks.pi0 --build): 2 cameras 224x224
+        from benchmarks.pi0 import TASK, build
+        cameras = 2 if args.policy == "pi0" else 3
+        build(directory, args.policy, cameras, smoke=size == "smoke")
+        return f"built: {args.policy} ({'reduced' if size == 'smoke' else 'published'} size, {cameras} cameras)", TASK
     from benchmarks.policies import make_checkpoint
     make_checkpoint(args.policy, directory, size)
     return f"built: {args.policy} ({size} size)", None
@@ -359,9 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", help="LeRobot checkpoint directory (default: build --policy in a temporary "
                                         "directory; a directory that does not exist yet: build it there, to reuse)")
-    p.add_argument("--policy", choices=("act2cam", "act", "diffusion", "smolvla"), default="act2cam",
+    p.add_argument("--policy", choices=("act2cam", "act", "diffusion", "smolvla", "pi0", "pi05"), default="act2cam",
                    help="the policy to build (act2cam: the 2-camera ACT of the CPU runs; act, diffusion, smolvla: "
-                        "benchmarks.policies / benchmarks.smolvla's at --size)")
+                        "benchmarks.policies / benchmarks.smolvla's at --size; pi0 / pi05: benchmarks.pi0's race "
+                        "checkpoint, 2 / 3 cameras, published size, or reduced with --size smoke)")
     p.add_argument("--size", choices=("full", "cpu", "smoke"), default="full",
                    help="act / diffusion / smolvla size (full: ALOHA ACT, PushT Diffusion, SmolVLA's published size)")
     p.add_argument("--device", default="cpu", help="the node's device (cpu, cuda)")
