@@ -24,8 +24,7 @@ set -uo pipefail
 PART="${1:?part 1, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign_groot
 TARBALL="campaign_groot_part$PART.tar.gz"
 source benchmarks/campaign_lib.sh
-wheels .whl-groot /tmp/groot-ref
-reference_env groot-reference /tmp/groot-ref       # groot_reference.GROOT_REFERENCE_DIR
+reference_wheels .whl-groot groot-reference /tmp/groot-ref       # groot_reference.GROOT_REFERENCE_DIR
 machine_note
 ls /tmp/groot-ref | grep dist-info | tee -a "$W/machine.txt"
 CKPT=/tmp/groot_2cam; CACHE=/tmp/refcache

@@ -18,6 +18,9 @@ wheels() {
 reference_env() {
   [ -d ".venv/$1" ] && [ ! -L ".venv/$1" ] || { mkdir -p .venv && ln -sfn "$2" ".venv/$1"; }
 }
+# reference_wheels DIR NAME TARGET: a reference environment's wheels (DIR) installed into TARGET once and
+# .venv/NAME pointing at it (π0's transformers 4.53 in pi-reference, GR00T's 4.57 in groot-reference)
+reference_wheels() { wheels "$1" "$3"; reference_env "$2" "$3"; }
 wheels .whl /tmp/site                # LeRobot 0.4.4's wheels (scripts/reference_wheels.sh 3.12)
 export PYTHONPATH="/tmp/site:$PWD:$PWD/benchmarks/device_stubs" PYTHONUNBUFFERED=1
 export FLASHRT_COMMIT="${FLASHRT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"

@@ -25,8 +25,7 @@
 set -uo pipefail
 PART="${1:?part 1, f32, kernels, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign; TARBALL="campaign_part$PART.tar.gz"
 source benchmarks/campaign_lib.sh
-wheels .whl-pi /tmp/pi-ref
-reference_env pi-reference /tmp/pi-ref
+reference_wheels .whl-pi pi-reference /tmp/pi-ref
 machine_note "${FLASHRT_KIND:-pi0} ${FLASHRT_CAMERAS:-2} cameras"
 KIND="${FLASHRT_KIND:-pi0}"; CAMERAS="${FLASHRT_CAMERAS:-2}"; CASE="${KIND}_${CAMERAS}cam"
 CKPT="/tmp/$CASE"; CACHE=/tmp/refcache

@@ -15,8 +15,7 @@
 set -uo pipefail
 PART="${1:?build-pi0, pi0, smolvla or act}"; OUT="${2:?output directory}"; W=/tmp/campaign_topics; TARBALL="campaign_topics_$PART.tar.gz"
 source benchmarks/campaign_lib.sh
-wheels .whl-pi /tmp/pi-ref
-reference_env pi-reference /tmp/pi-ref
+reference_wheels .whl-pi pi-reference /tmp/pi-ref
 machine_note "topics"
 mkdir -p /tmp/ck
 if [ "$PART" = build-pi0 ]; then

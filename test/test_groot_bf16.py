@@ -13,16 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
-from tiny_groot import rel, run, tiny_checkpoint
+from tiny_groot import arena_episode, counter_noise_reference, rel, run, tiny_checkpoint
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import set_instruction
 from flashrt_ros.models.lerobot.factory import load_lerobot_policy
 from flashrt_ros.models.lerobot.groot.modeling_groot import GrootPolicy
-from flashrt_ros.models.policy_features import STATE
-from flashrt_ros.ops.counter_rng import normal
-from flashrt_ros.runtime.arena import StateArena
 from flashrt_ros.runtime.errors import FingerprintMismatch, InvalidArgument
 
 #: fast vs exact in bf16, max |difference| over the largest |action|, declared before measuring: fast changes
@@ -35,31 +31,14 @@ BOUND = 5e-2
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """LeRobot's tiny GR00T with ``use_bf16`` (bf16 autocast), stepped over an episode with our noise stream."""
-    from groot_reference import Case, reference_inputs, reference_record, run_reference
-    root = tmp_path_factory.mktemp("groot_bf16")
-    h, m, plans = 16, 8, 3                                   # TINY: horizon 16, max_action_dim 8; 17 steps / 8
-    noise = torch.stack([normal(torch.tensor(0), torch.tensor(p), h * m).view(1, h, m) for p in range(plans)])
-    save_file({"noise": noise}, str(root / "noise.safetensors"))
-    case = Case(directory=str(root / "a"), attn="sdpa", n_action_steps=8, steps=17, use_bf16=True,
-                noise_file=str(root / "noise.safetensors"))
-    run_reference([case], root / "spec")
-    return case, reference_inputs(case), reference_record(case)
+    return counter_noise_reference(tmp_path_factory.mktemp("groot_bf16"), use_bf16=True)
 
 
 def _episode(case, inputs, dtype: torch.dtype) -> list[torch.Tensor]:
     policy = load_lerobot_policy(case.directory, dtype=dtype)
     assert isinstance(policy, GrootPolicy) and policy.compute_dtype == dtype
     policy.set_default_instruction(case.task)
-    arena = StateArena(policy.state_specs())
-    policy.init_state(arena)
-    actions = []
-    for step in range(case.steps):
-        observation = {STATE: inputs["observation.state"][step]}
-        observation.update({f"observation.images.cam{i}": inputs[f"observation.images.cam{i}"][step]
-                            for i in range(case.cameras)})
-        with torch.no_grad():
-            actions.append(policy.step_observation(observation, arena, int(arena[policy.LEFT]) == 0))
-    return actions
+    return arena_episode(policy, case, inputs)[0]
 
 
 def test_a_bf16_episode_is_lerobots_bf16_episode_bit_for_bit(reference):

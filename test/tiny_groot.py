@@ -8,6 +8,7 @@ import torch
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.lerobot.groot.modeling_groot import GrootPolicy
 from flashrt_ros.models.policy_features import STATE
+from flashrt_ros.runtime.arena import StateArena
 
 N = 5                                       # n_action_steps: the last 5 rows of the 16-row chunk are queued
 
@@ -41,3 +42,37 @@ def run(engine: PolicyEngine, start: int, n: int) -> torch.Tensor:
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| over the largest |b|: the tiny GR00T tests' measure."""
     return float((a - b).abs().max() / b.abs().max())
+
+
+def counter_noise_reference(root: Path, **case_fields) -> tuple:
+    """LeRobot's tiny GR00T episode (17 steps, a replan every 8: 3 plans) given our counter stream's noise (seed 0,
+    plan p: ``ops.counter_rng.normal(0, p)``) in place of its draws: (case, reference_inputs, reference_record).
+    ``case_fields``: more ``groot_reference.Case`` fields (``use_bf16=True``: LeRobot's bf16 autocast)."""
+    from groot_reference import Case, reference_inputs, reference_record, run_reference
+    from safetensors.torch import save_file
+
+    from flashrt_ros.ops.counter_rng import normal
+    h, m, plans = 16, 8, 3                                   # TINY: horizon 16, max_action_dim 8; 17 steps / 8
+    noise = torch.stack([normal(torch.tensor(0), torch.tensor(p), h * m).view(1, h, m) for p in range(plans)])
+    save_file({"noise": noise}, str(root / "noise.safetensors"))
+    case = Case(directory=str(root / "a"), attn="sdpa", n_action_steps=8, steps=17,
+                noise_file=str(root / "noise.safetensors"), **case_fields)
+    run_reference([case], root / "spec")
+    return case, reference_inputs(case), reference_record(case)
+
+
+def arena_episode(policy: GrootPolicy, case, inputs: dict) -> tuple[list[torch.Tensor], list[int], StateArena]:
+    """The reference's episode inputs stepped through an arena, a replan whenever the queue is empty: the
+    actions, the steps that replanned, the arena."""
+    arena = StateArena(policy.state_specs())
+    policy.init_state(arena)
+    actions, replans = [], []
+    for step in range(case.steps):
+        observation = {STATE: inputs["observation.state"][step]}
+        observation.update({f"observation.images.cam{i}": inputs[f"observation.images.cam{i}"][step]
+                            for i in range(case.cameras)})
+        replan = int(arena[policy.LEFT]) == 0
+        replans += [step] if replan else []
+        with torch.no_grad():
+            actions.append(policy.step_observation(observation, arena, replan))
+    return actions, replans, arena
