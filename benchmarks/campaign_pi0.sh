@@ -16,6 +16,10 @@
 #                                      sweep (benchmarks.kernel_expert --quick) and our replan in the forms rows and
 #                                      merged (split-K o / down, attention merged in-kernel), profiled: whether the
 #                                      merged form earns its place as the default before a race spends ten minutes
+#   benchmarks/campaign_pi0.sh tests OUT    the VLAs' GPU tests (test_pi0_cuda: captured fast bodies, the bf16 cast
+#                                      at the published size against LeRobot; test_smolvla_cuda: its few-row
+#                                      kernels; test_groot_cuda) with the time they need (150 s cut test_pi0_cuda
+#                                      short on 2026-12-07)
 # On 2026-12-07 part 1 (then holding fp8 too) ran past its limit and part 2 was mostly compiling: hence three parts.
 # FLASHRT_KIND=pi05 FLASHRT_CAMERAS=3 runs the same campaign for π0.5 with three cameras (its own checkpoint, JSON and
 # references; default pi0, 2 cameras).
@@ -23,7 +27,7 @@
 # (transformers 4.53.2, tokenizers 0.21.4, huggingface-hub 0.35.3). Every step is bounded so a command ends inside
 # the device's 10 minutes; what finished is copied to OUT after each step.
 set -uo pipefail
-PART="${1:?part 1, f32, kernels, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign; TARBALL="campaign_part$PART.tar.gz"
+PART="${1:?part 1, f32, kernels, tests, 2 or 3}"; OUT="${2:?output directory}"; W=/tmp/campaign; TARBALL="campaign_part$PART.tar.gz"
 source benchmarks/campaign_lib.sh
 reference_wheels .whl-pi pi-reference /tmp/pi-ref
 machine_note "${FLASHRT_KIND:-pi0} ${FLASHRT_CAMERAS:-2} cameras"
@@ -56,6 +60,9 @@ elif [ "$PART" = kernels ]; then
     | tee "$W/kernel_expert.txt"; save
   timeout "$(upto 5)" python3 -m benchmarks.pi0_replan --kind "$KIND" --cameras "$CAMERAS" --forms rows,merged \
     --profile --json "$W/${KIND}_replan_merged.json" 2>&1 | tee "$W/${KIND}_replan_merged.txt"; save
+elif [ "$PART" = tests ]; then
+  timeout "$(upto 10)" python3 -m pytest -q -p no:cacheprovider -rs test/test_pi0_cuda.py test/test_smolvla_cuda.py \
+    test/test_groot_cuda.py 2>&1 | tail -30 | tee "$W/gpu_tests_vla.txt"; save
 elif [ "$PART" = 2 ]; then
   timeout "$(upto 20)" "${RACE[@]}" --sides compiled 2>&1 | tee -a "$W/pi0_race_log.txt"
   echo "race rc ${PIPESTATUS[0]}" | tee -a "$W/pi0_race_log.txt"; save
