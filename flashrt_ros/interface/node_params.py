@@ -25,7 +25,9 @@ PARAMS: tuple[ParamDef, ...] = (
     ParamDef("device", "auto", "Torch device: 'auto' (cuda if available, else cpu), 'cpu', 'cuda', "
              "'cuda:N'.", True),
     ParamDef("dtype", "auto", "Weights/state dtype: 'auto' (LLM: float32 on cpu, bfloat16 on cuda; "
-             "policy: float32), 'float32', 'bfloat16', 'float16' (a LeRobot policy's networks).", True,
+             "policy: float32, but on cuda bfloat16 for π0 / π0.5 and for GR00T when its checkpoint keeps use_bf16), "
+             "'float32', 'bfloat16' (GR00T: LeRobot's bf16 autocast over float32 weights), 'float16' (a LeRobot "
+             "policy's networks).", True,
              choices=("auto", "float32", "bfloat16", "float16")),
     ParamDef("numerics", "auto", "Arithmetic of a vision-language-action policy's networks (SmolVLA, π0, π0.5, GR00T): "
              "'exact' (LeRobot's operations, bit-identical to it on CPU; for parity checks and debugging), 'fast' (the "
