@@ -9,6 +9,7 @@ from triton_interpret import needs_triton
 
 from flashrt_ros.ops import fused_rows, rows_matmul
 from flashrt_ros.ops.triton import fast_kernels
+from flashrt_ros.ops.triton.scratch import kept_for
 
 pytestmark = needs_triton
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -123,7 +124,7 @@ def test_split_k_sums_every_slice_once_in_a_fixed_order(dtype, rows, n, k, split
     close(first, x.float() @ w.float().t() + (res.float() if residual else 0), dtype)
     for _ in range(3):
         assert torch.equal(kernels().rows_matmul(x, w, residual=res, config=config), first)
-    counts = [arrived for key, (_, arrived) in kernels()._SCRATCH.items() if key[0] == w.data_ptr()]
+    counts = [arrived for _, arrived in kept_for(w, "split-K")]
     assert counts and all(int(c.abs().sum()) == 0 for c in counts)
 
 
@@ -147,7 +148,8 @@ def test_dispatch_keeps_the_reference_off_the_kernel_path():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("config", [(16, 16, 32, 4, 2), (32, 16, 16, 4, 2), (16, 16, 32, 4, 2, 1), (32, 16, 16, 4, 2, 1)])
+@pytest.mark.parametrize("config", [(16, 16, 32, 4, 2), (32, 16, 16, 4, 2),
+                                    (16, 16, 32, 4, 2, 1), (32, 16, 16, 4, 2, 1)])
 @pytest.mark.parametrize("rows,heads,valid,suffix,state_rows", [(7, 8, 6, 7, 1), (6, 2, 11, 6, 0), (9, 4, 5, 0, 0)])
 def test_split_key_prefix_attention_matches_reference(dtype, config, rows, heads, valid, suffix, state_rows):
     """The split-key form (slices of the prefix + suffix key index, merged by a second kernel, or with ``MERGE`` by
@@ -168,9 +170,8 @@ def test_split_key_prefix_attention_matches_reference(dtype, config, rows, heads
     out = kernel(q, kv[0], kv[1], v, prefix, suffix, state_rows, config=config)
     close(out, ref, dtype)
     if len(config) == 6:
-        from flashrt_ros.ops.triton.prefix_attention import _ARRIVALS
         two_kernels = kernel(q, kv[0], kv[1], v, prefix, suffix, state_rows, config=config[:5])
         assert torch.equal(out, two_kernels)
         assert torch.equal(kernel(q, kv[0], kv[1], v, prefix, suffix, state_rows, config=config), out)
-        counts = [c for key, c in _ARRIVALS.items() if key[0] == kv[0].data_ptr()]
+        counts = kept_for(kv[0], "merged attention")
         assert counts and all(int(c.abs().sum()) == 0 for c in counts)

@@ -8,8 +8,8 @@ write, attention over the live part of a static KV cache) with one launch that
 reads and writes the same arena buffers. They hold no state between steps,
 never sync with the host and read positions from device tensors, so they are
 safe inside captured graphs. (Split-K products and merged split attention keep
-scratch made on their first eager call: arrival counts that are 0 again at the
-end of every launch, so no capsule needs them.)
+scratch made on their first eager call, ``scratch.kept``: arrival counts that
+are 0 again at the end of every launch, so no capsule needs them.)
 
 Each wrapper computes what its torch reference in ``flashrt_ros.ops`` computes
 (rounding to the model dtype at the same points). The dispatchers there pick

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from flashrt_ros.ops.triton.attention import _softmax_step
+from flashrt_ros.ops.triton.scratch import kept
 
 _LOG2E = math.log2(math.e)
 
@@ -209,16 +210,7 @@ def prefix_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
 
 
 def _arrival_counts(keys: torch.Tensor, tiles: int) -> torch.Tensor:
-    """A merged split launch's arrival counts, one per row tile: per key buffer (a layer's KV rows), made zeroed
-    on its first (eager) call and kept; 0 between launches (the last program resets them), so they carry nothing
-    from one step to the next and belong to no capsule. One layer's attention runs on one stream at a time."""
-    key = (keys.data_ptr(), keys.device, tiles)
-    if key not in _ARRIVALS:
-        if keys.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("prefix_attention: a merged split launch must run once before a CUDA graph captures "
-                               "it (its arrival counts are made zeroed outside the capture)")
-        _ARRIVALS[key] = torch.zeros(tiles, dtype=torch.int32, device=keys.device)
-    return _ARRIVALS[key]
-
-
-_ARRIVALS: dict[tuple, torch.Tensor] = {}
+    """A merged split launch's arrival counts, one per row tile and key buffer (a layer's KV rows: ``scratch``).
+    One layer's attention runs on one stream at a time."""
+    return kept(keys, ("merged attention", tiles), lambda: torch.zeros(tiles, dtype=torch.int32, device=keys.device),
+                "a merged split prefix_attention")

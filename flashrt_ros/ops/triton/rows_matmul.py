@@ -34,6 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
+from flashrt_ros.ops.triton.scratch import kept
+
 #: the rows a tile holds (all of them): the expert's chunk, 50 actions (+ π0's state token)
 MAX_ROWS = 64
 #: ``(BLOCK_N, BLOCK_K, num_warps, num_stages[, SPLIT_K])``: ``SPLIT_K`` slices of ``K`` in as many programs per
@@ -172,21 +174,11 @@ def _check(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None) -> None
 
 
 def _split_scratch(w: torch.Tensor, split_k: int, n: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The float32 slices and the arrival counts of a split-K product: one pair per weight matrix, made on its
-    first (eager) call and kept, so a captured graph replays on scratch of its own product. The counts are 0
-    between launches (the last program resets them): they carry nothing from one step to the next and belong
-    to no capsule. One weight matrix's products run on one stream at a time (an engine runs one step at once)."""
-    key = (w.data_ptr(), w.device, split_k, n, tiles)
-    if key not in _SCRATCH:
-        if w.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("rows_matmul: a split-K product must run once before a CUDA graph captures it "
-                               "(its arrival counts are made zeroed outside the capture)")
-        _SCRATCH[key] = (torch.empty((split_k, MAX_ROWS, n), dtype=torch.float32, device=w.device),
-                         torch.zeros(tiles, dtype=torch.int32, device=w.device))
-    return _SCRATCH[key]
-
-
-_SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+    """The float32 slices and the arrival counts of a split-K product, one pair per weight matrix (``scratch``).
+    One weight matrix's products run on one stream at a time (an engine runs one step at once)."""
+    return kept(w, ("split-K", split_k, n, tiles),
+                lambda: (torch.empty((split_k, MAX_ROWS, n), dtype=torch.float32, device=w.device),
+                         torch.zeros(tiles, dtype=torch.int32, device=w.device)), "a split-K rows_matmul")
 
 
 def _launch(grid: int, x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, epilogue: str, n: int,
