@@ -206,12 +206,12 @@ def references(directory: Path, args, obs_file: Path, noise_file: Path, device: 
 def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
     nan = float("nan")
     lines = ["# GR00T N1.5 over whole episodes: our engine (captured) vs LeRobot eager and LeRobot compiled", "",
-             f"Machine: {machine_name}. float32 (TF32 off) or bf16 (LeRobot's use_bf16 autocast). Times in ms: median episode (from a reset), replan and "
-             "pop p50 / p99; peak device memory in GiB. Check (`benchmarks/action_checks.py`, `GROOT_BOUNDS`, "
-             "declared before the run): the checked episode's flow displacement (its actions less what the noise "
-             "alone gives, `benchmarks.groot.check_displacement`), relative RMS / relative max against LeRobot "
-             "eager float32's on the same checkpoint, observations and noise; the raw actions' relative RMS "
-             "beside it; a self-test side must FAIL its bound.", "",
+             f"Machine: {machine_name}. float32 (TF32 off) or bf16 (LeRobot's use_bf16 autocast). Times in ms: "
+             "median episode (from a reset), replan and pop p50 / p99; peak device memory in GiB. Check "
+             "(`benchmarks/action_checks.py`, `GROOT_BOUNDS`, declared before the run): the checked episode's flow "
+             "displacement (its actions less what the noise alone gives, `benchmarks.groot.check_displacement`), "
+             "relative RMS / relative max against LeRobot eager float32's on the same checkpoint, observations "
+             "and noise; the raw actions' relative RMS beside it; a self-test side must FAIL its bound.", "",
              "| policy | cameras | dtype | side | episode | replan p50 / p99 | pop p50 / p99 | peak GiB | "
              "check: displacement rms / max (bound) | actions rms | verdict | replan speed-up of ours-fast |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -223,7 +223,8 @@ def markdown(rows: dict, machine_name: str, failures: list[str]) -> str:
             if s is None:
                 continue
             if "error" in s:
-                lines.append(f"| {kind} | {cameras} | {dtype} | {side} | failed: {s['error'][-200:]!r} ||||||| FAIL ||")
+                lines.append(f"| {kind} | {cameras} | {dtype} | {side} | failed: {s['error'][-200:]!r} "
+                             "||||||| FAIL ||")
                 continue
             c = s.get("check", {})
             verdict = ("PASS" if c.get("passed") else "FAIL") + (" (self-test: must fail)" if side in SELF_TEST_SIDES

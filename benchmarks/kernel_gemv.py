@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+import triton
 
 from benchmarks.gpu_args import gpu_benchmark_args
 from benchmarks.timing import graph_ms
@@ -53,7 +54,7 @@ def main() -> None:
         chosen = gemv_config(n, k)
         times = {}
         for cfg in (chosen,) + SWEEP:
-            if cfg in times or cfg[1] > triton_next_pow2(k):
+            if cfg in times or cfg[1] > triton.next_power_of_2(k):
                 continue
             try:
                 err = ((gemv(x, ws[0], cfg).float() - ref).norm() / ref.norm()).item()
@@ -71,10 +72,6 @@ def main() -> None:
 #: ``(BLOCK_N, BLOCK_K, num_warps, num_stages)`` tried for every hybrid shape
 SWEEP = tuple((bn, bk, w, st) for bn in (2, 4, 8, 16) for bk in (256, 512, 1024) for w in (4, 8)
               for st in (2, 3, 4) if bn * bk <= 8192)
-
-
-def triton_next_pow2(k: int) -> int:
-    return 1 << (k - 1).bit_length()
 
 
 if __name__ == "__main__":

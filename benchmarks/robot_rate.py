@@ -22,7 +22,8 @@ Measured over a window after warm-up:
     python -m benchmarks.robot_rate --policy diffusion --device cuda --rate 30 --timeline       # + stall causes
 
 ``--policy act2cam`` (default) is the 2-camera ACT below; ``act``, ``diffusion``, ``smolvla``, ``pi0`` and
-``pi05`` are ``benchmarks.policies`` / ``benchmarks.smolvla`` / ``benchmarks.pi0``'s checkpoints at ``--size`` (full: the
+``pi05`` are ``benchmarks.policies`` / ``benchmarks.smolvla`` / ``benchmarks.pi0``'s checkpoints at ``--size``
+(full: the
 ALOHA ACT, PushT Diffusion, SmolVLA at its published size with 3 cameras 256x256 and its
 instruction),
 whose cameras are published at the policy's own image size unless ``--camera-size``

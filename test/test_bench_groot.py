@@ -77,7 +77,8 @@ def test_the_displacement_check_catches_a_flow_that_moves_nothing_and_a_wrong_si
     assert row["lerobot"]["check"]["passed"]
     assert row["selftest-skip-dit-block"]["check"]["passed"]           # 5 % of the displacement: caught
     assert torch.equal(row["lerobot"]["actions"], ref)                  # the row keeps the raw actions
-    missing = groot.check_displacement({"ours-fast": {"actions": ref}}, {"float32": "boom"}, baseline, chunk=2, dtype="float32")
+    missing = groot.check_displacement({"ours-fast": {"actions": ref}}, {"float32": "boom"}, baseline, chunk=2,
+                                       dtype="float32")
     assert len(missing) == 1 and "no float32 reference" in missing[0] and "boom" in missing[0]
 
 

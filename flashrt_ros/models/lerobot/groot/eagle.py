@@ -18,7 +18,6 @@ once (``rope_table``).
 from __future__ import annotations
 
 import contextlib
-
 from dataclasses import dataclass
 
 import torch

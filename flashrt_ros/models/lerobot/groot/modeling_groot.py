@@ -135,8 +135,8 @@ class GrootPolicy(PolicyModule):
         return out
 
     def config(self) -> dict:
-        return {"type": "groot", "numerics": self.numerics, "compute_dtype": str(self.compute_dtype), **jsonable({k: str(v) if isinstance(v, Path) else v
-                                                                       for k, v in asdict(self.cfg).items()})}
+        sizes = jsonable({k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.cfg).items()})
+        return {"type": "groot", "numerics": self.numerics, "compute_dtype": str(self.compute_dtype), **sizes}
 
     def use_numerics(self, numerics: str) -> None:
         """``exact`` or ``fast`` (module doc), chosen once, at load: ``exact`` -> ``fast``, not back (the capsule

@@ -188,7 +188,7 @@ class FastPi(nn.Module):
         layers = m.expert.layers
         eps = c.expert.rms_norm_eps
         if c.pi05:
-            h = _linear_rows(x, m.action_in_proj).to(dtype)
+            h = _linear_rows(x, m.action_in_proj.weight, m.action_in_proj.bias).to(dtype)
             update = gate = None
             for i, layer in enumerate(layers):
                 h, normed = ada_residual_norm(h, update, gate, self.ada_in[step, i], eps)
@@ -199,22 +199,21 @@ class FastPi(nn.Module):
                 update, gate = layer.gate_up_down(normed), self.ada_post[step, i, 2]
             _, out = ada_residual_norm(h, update, gate, self.ada_final[step], eps)
         else:
-            bias = self.action_bias[step]
-            z = F.silu(matmul_rows(x.float(), self.action_weight, residual=bias.expand(x.shape[0], bias.shape[-1])))
-            fused = _linear_rows(z, m.action_time_mlp_out)
+            z = F.silu(_linear_rows(x, self.action_weight, self.action_bias[step]))
+            fused = _linear_rows(z, m.action_time_mlp_out.weight, m.action_time_mlp_out.bias)
             h = torch.cat([state.to(fused.dtype), fused]).to(dtype)
             for i, layer in enumerate(layers):
                 q = layer.project_qkv(h, None, cos, sin, kv[0, i, P:P + L], kv[1, i, P:P + L])
                 h = layer.folded_rest(h, attend(q, i))
             _, out = residual_norm(h[-c.chunk_size:], None, None, self.final_scale, None, eps)
         out = out[-c.chunk_size:]
-        return _linear_rows(out, m.action_out_proj).to(torch.float32)
+        return _linear_rows(out, m.action_out_proj.weight, m.action_out_proj.bias).to(torch.float32)
 
 
-def _linear_rows(x: Tensor, linear: nn.Linear) -> Tensor:
-    """``linear(x)`` in the layer's dtype (float32 around the expert, as LeRobot keeps it) as a few-row product
+def _linear_rows(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``x W^T + b`` in the weight's dtype (float32 around the expert, as LeRobot keeps it) as a few-row product
     (``ops.rows_matmul``): on a GPU one fused kernel with the bias as a stride-0 residual, where cuBLAS took a
     split-K float32 GEMM of ~18 us for each of these three products a step (H100, 2026-12-07: 0.53 ms a replan,
     ``sgemm_largek``); on the CPU ``addmm``, what ``F.linear`` computes."""
-    rows = x.reshape(-1, x.shape[-1]).to(linear.weight.dtype)
-    return matmul_rows(rows, linear.weight, residual=linear.bias.expand(rows.shape[0], linear.bias.shape[0]))
+    rows = x.reshape(-1, x.shape[-1]).to(weight.dtype)
+    return matmul_rows(rows, weight, residual=bias.expand(rows.shape[0], bias.shape[0]))
