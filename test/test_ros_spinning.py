@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 _STOP_LOOP = """
+import faulthandler
+faulthandler.enable()        # a native crash (one SIGSEGV in 17 runs, 2026-12-07) prints every thread's stack
 import gc, sys
 import rclpy
 from rclpy.executors import MultiThreadedExecutor
