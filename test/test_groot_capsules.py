@@ -212,3 +212,20 @@ def test_a_capsule_taken_with_a_plan_in_flight_continues_bit_identically(checkpo
     # merged at steps 4 (the one in the capsule), 6, 8, ..., 14 at the chunk's action 2; launched after each
     assert after["merged"] - before["merged"] == 6 and after["launched"] - before["launched"] == 6
     engine.close()
+
+
+def test_uint8_frames_are_the_float_frames_they_stand_for(checkpoint, tmp_path):
+    """A camera's raw uint8 bytes through ``engine.step`` are the frame ``k / 255`` (not floats up to 255, which
+    GR00T's preprocessing would clamp to white); an image of another integer type is refused by name, changing
+    nothing."""
+    from flashrt_ros.runtime.errors import InvalidArgument
+    raw = make_engine(checkpoint, tmp_path, "raw")
+    frames = {k: v for k, v in observation(0, raw.policy).items()}
+    as_bytes = {k: (v * 255).to(torch.uint8) if v.dim() == 3 else v for k, v in frames.items()}
+    as_floats = {k: v.to(torch.float32) / 255 if v.dtype == torch.uint8 else v for k, v in as_bytes.items()}
+    assert torch.equal(raw.step(as_bytes), make_engine(checkpoint, tmp_path, "float").step(as_floats))
+    engine = make_engine(checkpoint, tmp_path, "int16")
+    boundary = engine.status()["boundary"]
+    with pytest.raises(InvalidArgument, match="observation.images.cam0.*float in \\[0, 1\\] or uint8, not torch.int16"):
+        engine.step({k: v.to(torch.int16) if v.dtype == torch.uint8 else v for k, v in as_bytes.items()})
+    assert engine.status()["boundary"] == boundary

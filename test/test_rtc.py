@@ -18,7 +18,8 @@ from rtc_reference import engine_run, lerobot_rtc_run
 from smolvla_reference import TINY, make_smolvla_checkpoint, write_vlm_directory
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.models.policy_factory import make_policy
-from flashrt_ros.models.rtc import SCHEDULES, guided_velocity, leftover_target, prefix_weights
+from flashrt_ros.models.rtc import (SCHEDULES, guided_rising_velocity, guided_velocity, leftover_target,
+                                   prefix_weights)
 from flashrt_ros.ops.counter_rng import normal
 
 TASK = "pick up the red cube"
@@ -65,6 +66,31 @@ def test_one_guided_velocity_equals_rtc_processor_denoise_step(schedule):
             theirs = proc.denoise_step(x_t=x.clone(), prev_chunk_left_over=queue[12 - left:], inference_delay=delay,
                                        time=time, original_denoise_step_partial=velocity, execution_horizon=10)
             assert torch.equal(ours, theirs), (schedule, left, delay, time, (ours - theirs).abs().max())
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_the_rising_flow_is_the_processor_in_pis_frame(schedule):
+    """GR00T's flow rises from noise at t = 0 (``x + dt v``); LeRobot's ``RTCProcessor`` is written for π's, which
+    falls from noise at time 1. ``guided_rising_velocity`` equals the processor given ``1 - t`` and ``-v``, negated,
+    to the bit; and it is not the processor given ``t`` and ``v`` as they are (the frames differ)."""
+    torch.manual_seed(1)
+    chunk, dim = 16, 6
+    proc = rtc_processor(schedule, horizon=8, max_weight=5.0)
+    queue = torch.randn(16, 4)
+    for left, delay in ((9, 3), (4, 2)):
+        target = leftover_target(queue, torch.tensor(left), chunk, dim)
+        weights = prefix_weights(delay, min(8, left), chunk, schedule)
+        for t in (0.0, 0.25, 0.5, 0.75):
+            x, v = torch.randn(chunk, dim), torch.randn(chunk, dim)
+            ours = guided_rising_velocity(x, t, v, target, weights, 5.0)
+            theirs = -proc.denoise_step(x_t=x.clone(), prev_chunk_left_over=queue[16 - left:], inference_delay=delay,
+                                        time=1 - t, original_denoise_step_partial=lambda _x: -v, execution_horizon=8)
+            assert torch.equal(ours, theirs), (schedule, left, delay, t, (ours - theirs).abs().max())
+            if schedule != "zeros" or delay:
+                as_is = proc.denoise_step(x_t=x.clone(), prev_chunk_left_over=queue[16 - left:],
+                                          inference_delay=delay, time=t, original_denoise_step_partial=lambda _x: v,
+                                          execution_horizon=8)
+                assert not torch.equal(ours, as_is)
 
 
 @pytest.fixture(scope="module")

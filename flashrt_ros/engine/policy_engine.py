@@ -292,7 +292,9 @@ class PolicyEngine:
         self.hooks.cold_start(seed, fresh=fresh)
 
     def _validated(self, observation: Any) -> dict[str, torch.Tensor]:
-        """The observation as ``{feature: float32 tensor}``; ``InvalidArgument`` naming what is wrong."""
+        """The observation as ``{feature: float32 tensor}``; ``InvalidArgument`` naming what is wrong. An image
+        is float in [0, 1] or uint8 (0..255, scaled by 1 / 255 here: a camera's raw bytes must not become floats
+        up to 255, which every policy would clamp to white); another integer image is refused."""
         if not isinstance(observation, Mapping):
             observation = {STATE: observation}
         missing = sorted(set(self.features) - set(observation))
@@ -303,9 +305,16 @@ class PolicyEngine:
         out = {}
         for name, spec in self.features.items():
             try:
-                value = torch.as_tensor(observation[name], dtype=torch.float32)
+                value = torch.as_tensor(observation[name])
             except (TypeError, ValueError, RuntimeError) as exc:
                 raise InvalidArgument(f"observation feature {name!r}: not a tensor ({exc})") from None
+            if spec.kind == "image" and value.dtype == torch.uint8:
+                value = value.to(torch.float32).div(255.0)
+            elif spec.kind == "image" and not value.is_floating_point():
+                raise InvalidArgument(f"observation feature {name!r}: an image is float in [0, 1] or uint8, "
+                                      f"not {value.dtype}")
+            else:
+                value = value.to(torch.float32)
             if tuple(value.shape) != spec.shape:
                 raise InvalidArgument(f"observation feature {name!r} must have shape {spec.shape}, "
                                       f"got {tuple(value.shape)}")

@@ -16,10 +16,10 @@ PARAMS: tuple[ParamDef, ...] = (
              "to a .gguf file, a Hugging Face Qwen3-Next-style checkpoint directory, or "
              "'random-hybrid-tiny' / 'random-llama-tiny' (tests).", True),
     ParamDef("policy", "gru", "Policy for engine_kind=policy: 'gru', 'transformer', "
-             "'lerobot:<checkpoint dir>' (LeRobot ACT / Diffusion Policy / SmolVLA / π0 / π0.5), or "
+             "'lerobot:<checkpoint dir>' (LeRobot ACT / Diffusion Policy / SmolVLA / π0 / π0.5 / GR00T N1.5), or "
              "'package.module:Factory' returning a PolicyModule.", True),
     ParamDef("policy_instruction", "", "Language instruction of a vision-language-action policy "
-             "(SmolVLA, π0, π0.5), tokenised with its checkpoint's tokenizer: every episode (reset) starts "
+             "(SmolVLA, π0, π0.5, GR00T), tokenised with its checkpoint's tokenizer: every episode (reset) starts "
              "with it. "
              "Empty: none.", True),
     ParamDef("device", "auto", "Torch device: 'auto' (cuda if available, else cpu), 'cpu', 'cuda', "
@@ -74,7 +74,7 @@ PARAMS: tuple[ParamDef, ...] = (
              "period (logged, and in status); always sync with control_trigger inputs), sync (in the step that empties the queue: that "
              "step waits for the network), async (beside the control loop, merged replan_delay_steps later; "
              "the control step only pops), rtc (async with Real-Time Chunking guidance toward the leftover of "
-             "the current chunk; flow-matching policies: SmolVLA, π0, π0.5). docs/robot_io.md, 'Replanning "
+             "the current chunk; flow-matching policies: SmolVLA, π0, π0.5, GR00T). docs/robot_io.md, 'Replanning "
              "beside the loop'.", True, choices=("auto", "sync", "async", "rtc")),
     ParamDef("replan_delay_steps", 0, "async / rtc: control steps from a plan's launch to its merge "
              "(0: from the measured turnaround, plus one period).", True, int_range=(0, 10000)),

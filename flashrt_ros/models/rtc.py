@@ -89,6 +89,15 @@ def guided_velocity(x: Tensor, time: float, v: Tensor, target: Tensor, weights: 
     return v - guidance_weight(time, max_weight) * correction
 
 
+def guided_rising_velocity(x: Tensor, t: float, v: Tensor, target: Tensor, weights: Tensor,
+                           max_weight: float) -> Tensor:
+    """``guided_velocity`` for a flow that rises from noise at ``t = 0`` to the actions at 1 (``x + dt v``,
+    GR00T's frame): the same correction in π's frame (time ``1 - t``, velocity ``-v``) and mapped back.
+    Why a mapping and not a second formula: negation is exact, so this is LeRobot's ``RTCProcessor`` to the
+    bit when it is given ``1 - t`` and ``-v``; the predicted clean chunk is ``x + (1 - t) v`` in both frames."""
+    return -guided_velocity(x, 1.0 - t, -v, target, weights, max_weight)
+
+
 def leftover_target(actions: Tensor, left: Tensor, rows: int, cols: int) -> Tensor:
     """The previous chunk's actions still to run, ``actions[refill - left:]``, zero-padded to
     ``(rows, cols)`` with fixed shapes (``left``: an int64 device scalar)."""

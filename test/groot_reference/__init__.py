@@ -111,7 +111,9 @@ def reference_record(case: Case) -> dict[str, torch.Tensor]:
     - ``backbone_features`` (P, 1, T, llm width): the Eagle backbone's output (the tap after the LLM's final norm);
     - the preprocessor's outputs at each replan: ``eagle_input_ids`` / ``eagle_attention_mask`` (P, 1, T) int64,
       ``eagle_pixel_values`` (P, cameras, 3, tile, tile) float32, ``state`` (P, 1, 1, max_state_dim) float32,
-      ``embodiment_id`` (P, 1) int64.
+      ``embodiment_id`` (P, 1) int64;
+    - for a case with ``rtc``, also ``rtc_chunks``, ``rtc_remaining`` and ``rtc_remaining_len``
+      (``reference.rtc_run``).
     """
     return _load(Path(case.directory) / "reference_actions.safetensors")
 

@@ -87,6 +87,9 @@ class Case:
     constant_dims: bool = False            # state and action dim 0 with max == min in the stats
     noise_file: str | None = None          # safetensors with "noise" (P, 1, H, M): replan p is given noise[p]
                                            # instead of drawing (our counter stream into LeRobot's sampler)
+    #: also an episode with Real-Time Chunking (``rtc_run``; needs ``noise_file``): {"delay", "horizon",
+    #: "schedule" (RTCAttentionSchedule, lower case), "max_weight"}
+    rtc: dict | None = None
 
     @property
     def path(self) -> Path:
@@ -306,6 +309,63 @@ def run_episode(case: Case, policy, pre, post, inputs: dict[str, torch.Tensor],
     return out, replan_s
 
 
+def rtc_run(case: Case, policy, pre, inputs: dict[str, torch.Tensor], noise: torch.Tensor) -> dict[str, torch.Tensor]:
+    """LeRobot's own RTC bookkeeping (``rtc_reference.lerobot_rtc_run``: its RTC ``ActionQueue``) over the episode's
+    inputs with ``case.rtc``, plan p given ``noise[p]``: every guided chunk (``rtc_chunks``: plans x horizon x
+    action, normalised) and the queue after each step (``rtc_remaining``, zero-padded, ``rtc_remaining_len``).
+
+    LeRobot's GR00T has no RTC, so its ``get_action`` loop is guided from outside, unchanged otherwise: a hook on
+    the action encoder keeps each flow step's noisy actions ``x_t``, and a hook on the action decoder replaces the
+    velocity rows by what LeRobot's ``RTCProcessor.denoise_step`` makes of them. That processor is written for π's
+    flow (noise at time 1, falling), GR00T's rises from noise at ``t = 0``: it is called at time ``1 - t`` with
+    velocity ``-v`` and its answer negated (``t = step / N``, LeRobot's ``t_cont``)."""
+    from lerobot.configs.types import RTCAttentionSchedule
+    from lerobot.policies.rtc.configuration_rtc import RTCConfig
+    from lerobot.policies.rtc.modeling_rtc import RTCProcessor
+    from rtc_reference import lerobot_rtc_run, padded
+
+    rtc = case.rtc
+    config = RTCConfig(enabled=True, execution_horizon=rtc["horizon"], max_guidance_weight=rtc["max_weight"],
+                       prefix_attention_schedule=RTCAttentionSchedule(rtc["schedule"].upper()))
+    processor = RTCProcessor(config)
+    head = policy._groot_model.action_head
+    horizon, steps = head.config.action_horizon, head.num_inference_timesteps
+    flow: dict = {"guidance": None, "x": [], "step": 0}
+
+    def keep_x(_module, args):
+        flow["x"].append(args[0])
+
+    def guide_v(_module, _args, pred):
+        step, x_t = flow["step"], flow["x"][-1]
+        flow["step"] += 1
+        if flow["guidance"] is None:
+            return None
+        v = pred[:, -horizon:]
+        guided = -processor.denoise_step(x_t, original_denoise_step_partial=lambda _x: -v,
+                                         time=1 - step / float(steps), **flow["guidance"])
+        return torch.cat((pred[:, :-horizon], guided.to(pred.dtype)), dim=1)
+
+    hooks = [head.action_encoder.register_forward_pre_hook(keep_x),
+             head.action_decoder.register_forward_hook(guide_v)]
+
+    def predict(k: int, plan: int, **guidance) -> torch.Tensor:
+        flow.update(guidance=guidance or None, x=[], step=0)
+        batch = pre({**{n: v[k].clone() for n, v in inputs.items()}, "task": case.task})
+        with torch.no_grad(), noise_draws([], noise[plan]):
+            chunk = policy.predict_action_chunk(batch)
+        if flow["step"] != steps:
+            raise AssertionError(f"{flow['step']} flow steps seen, {steps} expected")
+        return chunk[0].float().cpu()
+
+    try:
+        chunks, remaining = lerobot_rtc_run(predict, case.steps, rtc["delay"], config)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    queues, lengths = padded(remaining, horizon)
+    return {"rtc_chunks": torch.stack(chunks), "rtc_remaining": queues, "rtc_remaining_len": lengths}
+
+
 def _save(tensors: dict[str, torch.Tensor], path: Path) -> None:
     from safetensors.torch import save_file
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
@@ -331,6 +391,8 @@ def reference(case: Case) -> None:
         from safetensors.torch import load_file
         given = load_file(case.noise_file)["noise"]
     record, replan_s = run_episode(case, policy, pre, post, inputs, noise=given)
+    if case.rtc:
+        record.update(rtc_run(case, policy, pre, inputs, given))
     _save(record, case.path / "reference_actions.safetensors")
     import lerobot
     import transformers

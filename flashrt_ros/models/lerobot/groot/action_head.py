@@ -27,6 +27,7 @@ SDPA without a mask, LeRobot's call.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -349,13 +350,20 @@ class FlowmatchingActionHead(nn.Module):
         return pred[:, -s.action_horizon:]
 
     def sample(self, backbone_features: Tensor, state: Tensor, embodiment: Tensor, noise: Tensor,
-               tables: TimeTables | None = None, key_mask: Tensor | None = None) -> Tensor:
+               tables: TimeTables | None = None, key_mask: Tensor | None = None,
+               correct: Callable[[Tensor, float, Tensor], Tensor] | None = None) -> Tensor:
         """One whole chunk (B, horizon, action_dim): LeRobot's ``get_action`` with ``noise`` as its draw;
-        ``key_mask`` (B, 1, 1, rows): the valid backbone rows (padded features, module doc), None: all rows."""
+        ``key_mask`` (B, 1, 1, rows): the valid backbone rows (padded features, module doc), None: all rows;
+        ``correct(actions, t, v)``: each step's velocity replaced before the Euler step (``t``: LeRobot's
+        ``t_cont``, ``step / N``; Real-Time Chunking's guidance), None: as LeRobot."""
         tables = tables or self.time_tables(noise.shape[0])
         kv = self.condition(backbone_features, key_mask)
         state_token = self.embed_state(state, embodiment)
-        actions, dt = noise, 1.0 / self.sizes.num_inference_timesteps
-        for step in range(self.sizes.num_inference_timesteps):
-            actions = actions + dt * self.velocity(actions, step, state_token, kv, embodiment, tables, key_mask)
+        n = self.sizes.num_inference_timesteps
+        actions, dt = noise, 1.0 / n
+        for step in range(n):
+            v = self.velocity(actions, step, state_token, kv, embodiment, tables, key_mask)
+            if correct is not None:
+                v = correct(actions, step / float(n), v)
+            actions = actions + dt * v
         return actions

@@ -51,11 +51,12 @@ capsule fingerprint names the precision.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from flashrt_ros.models.lerobot.checkpoint import LeRobotCheckpoint, jsonable
@@ -67,6 +68,7 @@ from flashrt_ros.models.lerobot.groot.processor_groot import (EaglePrompt, eagle
 from flashrt_ros.models.policy_features import STATE, FeatureSpec
 from flashrt_ros.models.policy_interface import (RNG_PLANS, RNG_SEED, ActionQueue, Guidance, PolicyModule, pop_queue,
                                                  queue_chunk)
+from flashrt_ros.models.rtc import guided_rising_velocity, leftover_target
 from flashrt_ros.ops.counter_rng import normal
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 from flashrt_ros.runtime.errors import InvalidArgument
@@ -89,6 +91,7 @@ class GrootPolicy(PolicyModule):
     """A LeRobot GR00T N1.5 checkpoint as a ``PolicyModule`` (see the module doc for its state)."""
 
     PREFIX = "policy.groot."
+    supports_guidance = True     # Real-Time Chunking (``_guidance``); LeRobot's GR00T has none (docs/policies.md)
     #: weights LeRobot saves that GR00T never reads: SigLIP's pooling head and the LLM's vocabulary head
     OPTIONAL_WEIGHTS = tuple(SIGLIP_HEAD + k for k in (
         "probe", "attention.in_proj_weight", "attention.in_proj_bias", "attention.out_proj.weight",
@@ -208,7 +211,7 @@ class GrootPolicy(PolicyModule):
 
         ``ahead`` stays 0: the queue holds the chunk's LAST n_action_steps rows (LeRobot's bounded deque), so
         no action follows the queued ones and a plan merged ``d`` steps late keeps ``n_action_steps - d``
-        (``chunk_size``: the queued rows, only RTC reads it and GR00T takes no guidance)."""
+        (``chunk_size``: the queued rows, which RTC's prefix weights cover: ``_guidance``)."""
         c = self.cfg
         return ActionQueue(self.LEFT, c.n_action_steps, pop_reads_observation=False,
                            redraw_context=self.FEATURES_LEN, replans_from_context=True, chunk=self.QUEUE,
@@ -255,8 +258,6 @@ class GrootPolicy(PolicyModule):
              ahead: Tensor | None = None) -> None:
         """Encode the observation, the prompt over it, and denoise a chunk with the next noise draw (``ahead``:
         nothing, ``action_queue`` says why)."""
-        if guide is not None:
-            raise InvalidArgument("GR00T: Real-Time Chunking is not supported yet")
         if self.numerics == "exact" and arena[self.QUEUE].device.type == "cuda":
             raise InvalidArgument("GR00T's exact numerics run on the CPU only (they read lengths on the host); "
                                   "use numerics fast on CUDA")
@@ -268,7 +269,7 @@ class GrootPolicy(PolicyModule):
         with self._compute(arena[self.IMAGES].device):
             arena[self.IMAGES].copy_(eagle.image_tokens(pixels).flatten(0, 1))
             self._encode_prompt(arena)
-            self._denoise(arena, arena[self.PLANS])
+            self._denoise(arena, arena[self.PLANS], guide)
         arena[self.PLANS].add_(1)
 
     def redraw_chunk(self, arena: StateArena) -> None:
@@ -331,9 +332,10 @@ class GrootPolicy(PolicyModule):
         rows = torch.arange(self.prompt_capacity, device=arena[self.FEATURES_LEN].device)
         return (rows < arena[self.FEATURES_LEN].clamp(min=1)).view(1, 1, 1, -1)
 
-    def _denoise(self, arena: StateArena, counter: Tensor) -> None:
+    def _denoise(self, arena: StateArena, counter: Tensor, guide: Guidance | None = None) -> None:
         """The action head's flow steps from plan ``counter``'s noise over the stored features, state and
-        embodiment; the chunk's last n_action_steps rows into the queue."""
+        embodiment (each guided toward the old chunk's leftover: ``guide``, Real-Time Chunking); the chunk's
+        last n_action_steps rows into the queue."""
         head = self._groot_model.action_head
         tables, key_mask = None, None
         if self.numerics == "fast":                            # every row, the padding masked (module doc)
@@ -347,8 +349,22 @@ class GrootPolicy(PolicyModule):
         noise = normal(arena[self.RNG_SEED], counter, s.action_horizon * s.action_dim).view(1, s.action_horizon,
                                                                                          s.action_dim)
         state = self._rounded(arena[self.STATE_VEC].view(1, 1, -1))
-        chunk = head.sample(features, state, self.embodiment, noise, tables, key_mask)
+        correct = None if guide is None else self._guidance(guide, s.action_horizon, s.action_dim)
+        chunk = head.sample(features, state, self.embodiment, noise, tables, key_mask, correct)
         queue_chunk(chunk[0, s.action_horizon - self.cfg.n_action_steps:], arena[self.QUEUE], arena[self.LEFT])
+
+    def _guidance(self, guide: Guidance, horizon: int, width: int) -> Callable[[Tensor, float, Tensor], Tensor]:
+        """Real-Time Chunking's velocity correction for the action head (``guided_rising_velocity``: GR00T's
+        flow rises from noise at t = 0). The queue holds the chunk's last n_action_steps rows, so the leftover
+        and the prefix weights are laid on those rows; the rows before them never run and are not guided. The
+        leftover's padding columns (past the robot's action_dim) are not guided either: LeRobot's RTC queue
+        keeps only the robot's dims, and its ``RTCProcessor`` pads them with zeros."""
+        n = self.cfg.n_action_steps
+        skip = horizon - n
+        target = leftover_target(guide.actions[:, :self.cfg.action_dim], guide.left, n, width)
+        target = F.pad(target, (0, 0, skip, 0))
+        weights = F.pad(guide.weights[:n], (skip, 0))
+        return lambda x, t, v: guided_rising_velocity(x, t, v, target, weights, guide.max_weight)
 
     def planned_actions(self, arena: StateArena) -> Tensor:
         n = self.cfg.n_action_steps
