@@ -9,7 +9,9 @@ step has fixed shapes, never syncs with the host and can be captured in a CUDA
 graph; a capsule restore only has to copy bytes back into the same buffers.
 
 Projections are fused (``wqkv``, ``w13``): at batch 1 decode is a chain of
-matrix-vector products, and fewer, larger ones are cheaper.
+matrix-vector products, and fewer, larger ones are cheaper; each norm and
+residual add rides with a product (``ops.linear.fused_linear``: one launch per
+product in a decode step on CUDA).
 """
 from __future__ import annotations
 
@@ -20,9 +22,8 @@ import torch
 from torch import nn
 
 from flashrt_ros.models.base import CausalLM, kv_cache_spec, kv_views
-from flashrt_ros.ops.gating import silu_mul
-from flashrt_ros.ops.linear import Linear
-from flashrt_ros.ops.norms import add_rms_norm, rms_norm
+from flashrt_ros.ops.linear import Linear, fused_linear
+from flashrt_ros.ops.norms import rms_norm
 from flashrt_ros.ops.rope import rope_inv_freq
 from flashrt_ros.ops.static_kv_attention import rope_write_and_attend
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
@@ -65,10 +66,6 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight, self.eps)
 
-    def add_and_norm(self, x: torch.Tensor, delta: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(x + delta, norm(x + delta))`` (``delta`` None: ``(x, norm(x))``), fused on CUDA."""
-        return add_rms_norm(x, delta, self.weight, self.eps, offset=False)
-
 
 class RotaryEmbedding(nn.Module):
     """Holds the RoPE frequencies; cos/sin come from the position tensor in each attention call.
@@ -96,15 +93,15 @@ class Attention(nn.Module):
         self.wo = Linear(self.q_size, cfg.dim, bias=False)
         self.kv_index = layer             # this layer's slot in the shared KV cache
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
-                arena: StateArena) -> torch.Tensor:
-        t = x.shape[0]
-        q, k, v = self.wqkv(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        out = rope_write_and_attend(
+    def attend(self, qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
+               arena: StateArena) -> torch.Tensor:
+        """RoPE, the KV write and causal attention for the fused projection's rows ``qkv``; before ``wo``."""
+        t = qkv.shape[0]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        return rope_write_and_attend(
             q.view(t, self.n_heads, self.head_dim), k.view(t, self.n_kv_heads, self.head_dim),
             v.view(t, self.n_kv_heads, self.head_dim), *kv_views(arena, self.kv_index), positions,
             inv_freq, self.head_dim)
-        return self.wo(out)
 
 
 class FeedForward(nn.Module):
@@ -115,12 +112,11 @@ class FeedForward(nn.Module):
         self.w13 = Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
         self.w2 = Linear(cfg.intermediate_size, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(silu_mul(self.w13(x)))
-
 
 class TransformerBlock(nn.Module):
-    """Pre-norm block; the residual stream travels as ``(x, delta)`` so each add fuses with the next norm."""
+    """Pre-norm block as four products (``ops.linear.fused_linear``): each norm runs with the product after it
+    and each residual add with the product before it, so a decode step's layer is four launches and the
+    attention's (``Attention.attend``); with more rows (prefill, the CPU) the same rounding as separate ops."""
 
     def __init__(self, cfg: LlamaConfig, layer: int) -> None:
         super().__init__()
@@ -129,11 +125,15 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
 
-    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, positions: torch.Tensor,
-                inv_freq: torch.Tensor, arena: StateArena) -> tuple[torch.Tensor, torch.Tensor]:
-        x, h = self.attention_norm.add_and_norm(x, delta)
-        x, h = self.ffn_norm.add_and_norm(x, self.attention(h, positions, inv_freq, arena))
-        return x, self.feed_forward(h)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
+                arena: StateArena) -> torch.Tensor:
+        """The residual stream after this block."""
+        a, f, ff = self.attention, self.ffn_norm, self.feed_forward
+        n = self.attention_norm
+        qkv = fused_linear(x, a.wqkv.weight, norm="llama", norm_weight=n.weight, eps=n.eps)
+        x = fused_linear(a.attend(qkv, positions, inv_freq, arena), a.wo.weight, epilogue="residual", residual=x)
+        gated = fused_linear(x, ff.w13.weight, norm="llama", norm_weight=f.weight, eps=f.eps, epilogue="silu_gate")
+        return fused_linear(gated, ff.w2.weight, epilogue="residual", residual=x)
 
 
 class Llama(CausalLM):
@@ -155,12 +155,13 @@ class Llama(CausalLM):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, arena: StateArena, *,
                 last_only: bool = False) -> torch.Tensor:
-        x, delta = self.tok_embeddings(input_ids), None
+        x = self.tok_embeddings(input_ids)
         for layer in self.layers:
-            x, delta = layer(x, delta, positions, self.rope.inv_freq, arena)
+            x = layer(x, positions, self.rope.inv_freq, arena)
         if last_only:
-            x, delta = x[-1:], delta[-1:]
-        return self.output(self.norm.add_and_norm(x, delta)[1]).float()
+            x = x[-1:]
+        return fused_linear(x, self.output.weight, norm="llama", norm_weight=self.norm.weight,
+                            eps=self.norm.eps).float()
 
     # --- weights ------------------------------------------------------------
     @torch.no_grad()

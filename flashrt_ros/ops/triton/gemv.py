@@ -5,6 +5,15 @@ reading the weights. cuBLAS picks GEMM tiles meant for many rows of ``x``;
 here each program owns ``BLOCK_N`` output rows and streams their weights in
 ``BLOCK_K``-wide slices, so all loads are contiguous and a whole layer is one
 launch with no split-K reduction.
+
+``gemv_fused`` also takes the work around the product into the same launch (a
+decode step pays a few microseconds for every kernel, and a Llama layer's norms,
+residual adds and SwiGLU gate were five of its ten): the RMSNorm of ``x`` before
+it (every program recomputes the row's sum of squares: ``x`` is a few KiB, the
+weights megabytes), and after it either the residual add or SwiGLU's
+``silu(gate) * up`` over the two halves of a ``[gate; up]`` weight. The rounding
+points are the unfused ops' (``ops.norms``, ``ops.gating``, the product rounded
+to the model dtype before the add or the gate).
 """
 from __future__ import annotations
 
@@ -61,4 +70,89 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, config: tuple[int, int, int, int
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
                                              BLOCK_K=block_k, EVEN_K=k % block_k == 0,
                                              num_warps=warps, num_stages=stages)
+    return out
+
+
+#: ``gemv_fused`` norms before the product and epilogues after it
+NORMS = {None: 0, "llama": 1, "offset": 2}
+EPILOGUES = {"store": 0, "residual": 1, "silu_gate": 2}
+
+
+@triton.jit
+def _normed_slice(x_ptr, norm_ptr, k0, cols, col_mask, rstd, NORM: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """``x[k0 + cols]`` as the product reads it: normalised (``rstd``) and scaled as ``ops.norms`` rounds it."""
+    x = tl.load(x_ptr + k0 + cols, mask=col_mask, other=0.0).to(tl.float32)
+    if NORM == 1:       # Llama: the normalised row cast to the model dtype, scaled in the model dtype
+        w = tl.load(norm_ptr + k0 + cols, mask=col_mask, other=0.0).to(tl.float32)
+        x = ((x * rstd).to(OUT_DTYPE).to(tl.float32) * w).to(OUT_DTYPE).to(tl.float32)
+    elif NORM == 2:     # Qwen3-Next: scaled by (1 + w) in float32, one cast
+        w = tl.load(norm_ptr + k0 + cols, mask=col_mask, other=0.0).to(tl.float32)
+        x = (x * rstd * (1.0 + w)).to(OUT_DTYPE).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _gemv_fused_kernel(x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, N, K, stride_wn, eps,
+                       NORM: tl.constexpr, EPILOGUE: tl.constexpr, K_POW2: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    out_dtype = out_ptr.dtype.element_ty
+    rstd = 1.0
+    if NORM != 0:       # the whole row in one block, summed as ops.triton.norms sums it
+        every = tl.arange(0, K_POW2)
+        xs = tl.load(x_ptr + every, mask=every < K, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(xs * xs, axis=0) / K + eps)
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    cols = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    acc_up = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    w_rows = w_ptr + rows[:, None].to(tl.int64) * stride_wn
+    up_rows = w_ptr + (rows + N)[:, None].to(tl.int64) * stride_wn
+    for k0 in range(0, K, BLOCK_K):
+        col_mask = k0 + cols < K
+        x = _normed_slice(x_ptr, norm_ptr, k0, cols, col_mask, rstd, NORM, out_dtype)
+        mask = row_mask[:, None] & col_mask[None, :]
+        w = tl.load(w_rows + (k0 + cols)[None, :], mask=mask, other=0.0)
+        acc += w.to(tl.float32) * x[None, :]
+        if EPILOGUE == 2:
+            u = tl.load(up_rows + (k0 + cols)[None, :], mask=mask, other=0.0)
+            acc_up += u.to(tl.float32) * x[None, :]
+    y = tl.sum(acc, axis=1).to(out_dtype).to(tl.float32)
+    if EPILOGUE == 1:   # the residual stream plus the product rounded to the model dtype
+        y = y + tl.load(res_ptr + rows, mask=row_mask, other=0.0).to(tl.float32)
+    elif EPILOGUE == 2:  # silu(gate) rounded, times up (ops.triton.elementwise)
+        up = tl.sum(acc_up, axis=1).to(out_dtype).to(tl.float32)
+        y = (y * tl.sigmoid(y)).to(out_dtype).to(tl.float32) * up
+    tl.store(out_ptr + rows, y.to(out_dtype), mask=row_mask)
+
+
+def gemv_fused(x: torch.Tensor, weight: torch.Tensor, *, norm: str | None = None,
+               norm_weight: torch.Tensor | None = None, eps: float = 0.0, epilogue: str = "store",
+               residual: torch.Tensor | None = None,
+               config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+    """``epilogue(W @ norm(x))`` for one row ``x [1, K]`` -> ``[1, N]`` in x's dtype, accumulated in float32.
+
+    ``norm``: None, ``"llama"`` (``ops.norms.rms_norm``) or ``"offset"`` (``ops.norms.offset_rms_norm``) with
+    ``norm_weight`` and ``eps``; ``epilogue``: ``"store"``, ``"residual"`` (``residual [1, N]`` + the product) or
+    ``"silu_gate"`` (``weight`` is ``[gate; up]``, ``[2N, K]``: ``silu(gate) * up``, ``ops.gating.silu_mul``)."""
+    rows, k = weight.shape
+    if norm not in NORMS or epilogue not in EPILOGUES:
+        raise ValueError(f"norm one of {list(NORMS)}, epilogue one of {list(EPILOGUES)}")
+    assert x.shape[-1] == k and x.numel() == k and weight.stride(1) == 1
+    n = rows // 2 if epilogue == "silu_gate" else rows
+    x = x.reshape(k)
+    if x.stride(0) != 1:
+        x = x.contiguous()
+    out = torch.empty((1, n), dtype=x.dtype, device=x.device)
+    if epilogue == "residual":
+        assert residual is not None and residual.numel() == n
+        res = residual.reshape(n)
+        res = res if res.stride(0) == 1 else res.contiguous()
+    else:
+        res = out
+    block_n, block_k, warps, stages = config or gemv_config(rows, k)
+    _gemv_fused_kernel[(triton.cdiv(n, block_n),)](
+        x, weight, x if norm_weight is None else norm_weight, res, out, n, k, weight.stride(0), float(eps),
+        NORM=NORMS[norm], EPILOGUE=EPILOGUES[epilogue], K_POW2=triton.next_power_of_2(k),
+        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages)
     return out
