@@ -1,29 +1,31 @@
-"""SmolLM2-135M's batch-1 decode step with and without the fused products (``ops.linear.fused_decode``).
+"""A batch-1 decode step with and without the fused products (``ops.linear.fused_decode``).
 
-A Llama layer's decode step is four products plus the attention when each norm and residual add rides with a
-product (``ops.triton.gemv.gemv_fused``), against ten kernels when they run apart. Both forms run in one
-process on one GPU, random weights of SmolLM2's shape (bf16), 2048 tokens prefilled, CUDA graphs:
+A layer's decode step is four products plus its mixer when each norm and residual add rides with a product
+(``ops.triton.gemv.gemv_fused``); apart, each norm, add and gate is a launch of its own. Both forms run in one
+process on one GPU, random weights (bf16) of SmolLM2-135M's shape or the hybrid 0.81B's (``--model``), 2048
+tokens prefilled, CUDA graphs:
   - the decode graph's replay (device time, median of 100) and the engine's whole step (wall, median of 100);
   - kernels in one eager forward (profiler) and the weight-read floor (weights / measured copy bandwidth);
   - the check, with bounds declared here before the run: the logits of the first decode forward (the token
     after the prompt fed back) within ``LOGITS_BOUND`` of the unfused form's (relative, max over the vocabulary;
     the same first token in both, it comes from the prefill), and the greedy tokens of 64 steps
     reported side by side (near-ties of random weights may flip; the count is reported, not asserted).
-  - the check's power in the same run: the fused kernel with the offset norm's rounding in Llama's place must
-    leave the bound.
-Exit status 1 when the check fails or has no power. Run on a GPU: ``python -m benchmarks.kernel_decode_fusion [--json F]``.
+  - the check's power in the same run: the fused kernel with the two norms' roundings swapped (Llama's cast
+    before the scale, Qwen3-Next's ``1 + w`` in float32) must leave the bound.
+Exit status 1 when the check fails or has no power. Run on a GPU: ``python -m benchmarks.kernel_decode_fusion [--model smollm2|hybrid] [--json F]``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
 import torch
 
 from benchmarks.anatomy import forward_anatomy
-from benchmarks.models import build_smollm2, parameter_count
+from benchmarks.models import build_hybrid, build_smollm2, parameter_count
 from benchmarks.measure import prompt_ids
 from benchmarks.timing import copy_bandwidth, median_event_ms
 from flashrt_ros.engine.llm_engine import LLMEngine
@@ -65,12 +67,15 @@ def measure(model, fused: bool) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=("smollm2", "hybrid"), default="smollm2")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("error: needs a CUDA GPU")
         return 2
-    pair = build_smollm2(torch.device("cuda"), torch.bfloat16, 0, quick=False, force_random=True)
+    cuda = torch.device("cuda")
+    pair = (build_smollm2(cuda, torch.bfloat16, 0, quick=False, force_random=True) if args.model == "smollm2"
+            else build_hybrid(cuda, torch.bfloat16, 0, quick=False))
     model = pair.ours
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bandwidth = copy_bandwidth(1 << 30, torch.device("cuda"))
@@ -78,17 +83,18 @@ def main() -> int:
     forms = {name: measure(model, fused) for name, fused in (("unfused", False), ("fused", True))}
     a, b = forms["unfused"]["first_logits"], forms["fused"]["first_logits"]
     logits_error = float((a - b).abs().max() / a.abs().max())
-    # the check's power, in the same run: the fused kernel with Qwen3-Next's norm rounding in place of Llama's
-    # (scaled by 1 + w in float32) must leave the bound
-    gemv_module.NORMS["llama"] = gemv_module.NORMS["offset"]
+    # the check's power, in the same run: the fused kernel with the two norms' roundings swapped must leave the
+    # bound
+    norms = dict(gemv_module.NORMS)
+    gemv_module.NORMS.update(llama=norms["offset"], offset=norms["llama"])
     try:
         broken = measure(model, True)["first_logits"]
     finally:
-        gemv_module.NORMS["llama"] = 1
+        gemv_module.NORMS.update(norms)
     broken_error = float((a - broken).abs().max() / a.abs().max())
     same_tokens = sum(x == y for x, y in zip(forms["unfused"]["tokens"], forms["fused"]["tokens"]))
     passed = logits_error <= LOGITS_BOUND and broken_error > LOGITS_BOUND
-    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; SmolLM2-135M shape, random weights, "
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; {pair.name} shape, random weights, "
           f"{parameter_count(model) / 1e6:.1f} M parameters, bf16, position {CONTEXT}")
     print(f"weight read {weight_bytes / 2**20:.1f} MiB, copy bandwidth {bandwidth / 1e9:.0f} GB/s: "
           f"floor {floor:.3f} ms")
@@ -99,10 +105,11 @@ def main() -> int:
               f"{r['graph_replay_ms'] / floor:.2f}x | {r['kernels']} |")
     print(f"check: first decode forward's logits {logits_error:.2e} of the largest (bound {LOGITS_BOUND:.0e}): "
           f"{'PASS' if logits_error <= LOGITS_BOUND else 'FAIL'}; greedy tokens equal in {same_tokens} of {TOKENS} "
-          f"steps; self-test (the offset norm in the fused kernel) {broken_error:.2e}: "
+          f"steps; self-test (the norms' roundings swapped in the fused kernel) {broken_error:.2e}: "
           f"{'fails the bound, as it must' if broken_error > LOGITS_BOUND else 'PASSES: the check has no power'}")
     if args.json:
-        out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "context": CONTEXT,
+        out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "model": pair.name,
+               "commit": os.environ.get("FLASHRT_COMMIT", "unknown"), "context": CONTEXT,
                "weight_bytes": weight_bytes, "copy_bandwidth_bytes_s": bandwidth, "floor_ms": floor,
                "logits_error": logits_error, "logits_bound": LOGITS_BOUND, "selftest_error": broken_error,
                "passed": passed,

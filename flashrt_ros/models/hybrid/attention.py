@@ -17,7 +17,7 @@ from flashrt_ros.models.base import KV_CACHE, kv_views
 from flashrt_ros.models.hybrid.config import HybridConfig
 from flashrt_ros.models.hybrid.norms import OffsetRMSNorm
 from flashrt_ros.ops.gating import sigmoid_mul
-from flashrt_ros.ops.linear import Linear
+from flashrt_ros.ops.linear import Linear, fused_linear
 from flashrt_ros.ops.static_kv_attention import rope_write_and_attend
 from flashrt_ros.runtime.arena import StateArena
 
@@ -37,12 +37,17 @@ class GatedAttention(nn.Module):
         self.kv_index = kv_index          # this layer's slot in the shared KV cache
         self.kv_buffer = kv_buffer        # that cache's arena buffer (the MTP head has its own)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
+    def forward(self, x: torch.Tensor, norm: OffsetRMSNorm, positions: torch.Tensor, inv_freq: torch.Tensor,
                 arena: StateArena) -> torch.Tensor:
+        """The residual stream ``x`` plus this mixer's output on ``norm(x)`` (the norm with the first product,
+        the residual add with the last: ``ops.linear.fused_linear``)."""
         t = x.shape[0]
-        q, gate, k, v = self.wqkv(x).split([self.q_size, self.q_size, self.kv_size, self.kv_size], dim=-1)
+        qkv = fused_linear(x, self.wqkv.weight, norm="offset", norm_weight=norm.weight, eps=norm.eps,
+                           bias=self.wqkv.bias)
+        q, gate, k, v = qkv.split([self.q_size, self.q_size, self.kv_size, self.kv_size], dim=-1)
         out = rope_write_and_attend(
             q.view(t, self.n_heads, self.head_dim), k.view(t, self.n_kv_heads, self.head_dim),
             v.view(t, self.n_kv_heads, self.head_dim), *kv_views(arena, self.kv_index, self.kv_buffer), positions,
             inv_freq, self.rotary_dim, q_norm=self.q_norm.weight, k_norm=self.k_norm.weight, eps=self.eps)
-        return self.o_proj(sigmoid_mul(out, gate))
+        return fused_linear(sigmoid_mul(out, gate), self.o_proj.weight, epilogue="residual", residual=x,
+                            bias=self.o_proj.bias)

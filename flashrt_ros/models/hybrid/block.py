@@ -21,9 +21,11 @@ from flashrt_ros.runtime.arena import StateArena
 class HybridBlock(nn.Module):
     """Pre-norm residual block: token mixer, then MLP.
 
-    The residual stream travels as ``(x, delta)``: each block first adds the
-    previous block's output to ``x`` and normalises in one step
-    (``ops.add_rms_norm``), the same arithmetic as ``x = x + delta; norm(x)``.
+    Each norm runs with the product after it and each residual add with the
+    product before it (``ops.linear.fused_linear``): the mixer and the MLP take
+    the residual stream and its norm and return the stream after them, the
+    same arithmetic as ``x = x + f(norm(x))``, one launch per product in a
+    decode step on CUDA.
     """
 
     def __init__(self, cfg: HybridConfig, layer: int, *, kv_buffer: str = KV_CACHE) -> None:
@@ -39,13 +41,11 @@ class HybridBlock(nn.Module):
         self.post_attention_layernorm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = make_mlp(cfg, layer)
 
-    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, positions: torch.Tensor,
-                inv_freq: torch.Tensor, arena: StateArena,
-                scratch: VerifyScratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        x, h = self.input_layernorm.add_and_norm(x, delta)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, arena: StateArena,
+                scratch: VerifyScratch | None = None) -> torch.Tensor:
+        """The residual stream after this block."""
         if self.is_attention:
-            h = self.mixer(h, positions, inv_freq, arena)
+            x = self.mixer(x, self.input_layernorm, positions, inv_freq, arena)
         else:
-            h = self.mixer(h, arena, scratch)
-        x, h = self.post_attention_layernorm.add_and_norm(x, h)
-        return x, self.mlp(h)
+            x = self.mixer(x, self.input_layernorm, arena, scratch)
+        return self.mlp.residual(x, self.post_attention_layernorm)

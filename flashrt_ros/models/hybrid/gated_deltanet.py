@@ -16,12 +16,12 @@ import torch
 from torch import nn
 
 from flashrt_ros.models.hybrid.config import HybridConfig
-from flashrt_ros.models.hybrid.norms import GatedRMSNorm
+from flashrt_ros.models.hybrid.norms import GatedRMSNorm, OffsetRMSNorm
 from flashrt_ros.models.hybrid.verification import VerifyScratch
 from flashrt_ros.ops import causal_conv1d_with_state, chunk_gated_delta_rule
 from flashrt_ros.ops.causal_conv import causal_conv1d_sections
 from flashrt_ros.ops.gated_delta import gated_delta_decode, gated_delta_verify, gdn_gates
-from flashrt_ros.ops.linear import Linear
+from flashrt_ros.ops.linear import Linear, fused_linear
 from flashrt_ros.runtime.arena import StateArena
 
 
@@ -43,12 +43,21 @@ class GatedDeltaNet(nn.Module):
         self.recurrent_name = f"layers.{layer}.gdn.recurrent"
         self.conv_name = f"layers.{layer}.gdn.conv"
 
-    def forward(self, x: torch.Tensor, arena: StateArena, scratch: VerifyScratch | None = None) -> torch.Tensor:
-        """``scratch``: a speculative verification; every token's state goes there, the arena's
-        recurrent state is left as it was (``VerifyScratch.keep_prefix`` picks one afterwards)."""
+    def forward(self, x: torch.Tensor, norm: OffsetRMSNorm, arena: StateArena,
+                scratch: VerifyScratch | None = None) -> torch.Tensor:
+        """The residual stream ``x`` plus this mixer's output on ``norm(x)`` (the norm with the input product,
+        the residual add with the output one: ``ops.linear.fused_linear``). ``scratch``: a speculative
+        verification; every token's state goes there, the arena's recurrent state is left as it was
+        (``VerifyScratch.keep_prefix`` picks one afterwards)."""
+        return fused_linear(self._mixed(x, norm, arena, scratch), self.out_proj.weight, epilogue="residual",
+                            residual=x)
+
+    def _mixed(self, x: torch.Tensor, norm: OffsetRMSNorm, arena: StateArena,
+               scratch: VerifyScratch | None) -> torch.Tensor:
+        """The gated, normed delta-rule output ``[T, value_dim]``, before ``out_proj``."""
         t = x.shape[0]
-        mixed, z, b, a = self.in_proj(x).split(
-            [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads], dim=-1)
+        projected = fused_linear(x, self.in_proj.weight, norm="offset", norm_weight=norm.weight, eps=norm.eps)
+        mixed, z, b, a = projected.split([self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads], dim=-1)
         state = arena[self.recurrent_name]
         if scratch is not None:
             return self._verify(mixed, z, b, a, state, arena[self.conv_name], scratch)
@@ -57,7 +66,7 @@ class GatedDeltaNet(nn.Module):
             out = gated_delta_decode(mixed[0], z[0], b[0], a[0], self.A_log, self.dt_bias, state,
                                      self.norm.weight, self.norm.eps, self.num_k_heads, self.head_k_dim,
                                      self.head_v_dim)
-            return self.out_proj(out.reshape(1, self.value_dim))
+            return out.reshape(1, self.value_dim)
         q, k, v = causal_conv1d_sections(mixed, arena[self.conv_name], self.conv_weight,
                                          (self.key_dim, self.key_dim, self.value_dim))
         q = q.reshape(t, self.num_k_heads, self.head_k_dim)   # each key head serves Hv/Hk value heads
@@ -67,7 +76,7 @@ class GatedDeltaNet(nn.Module):
         out, new_state = chunk_gated_delta_rule(q, k, v, g, beta, state, self.chunk_size)
         state.copy_(new_state)
         out = self.norm(out.to(x.dtype), z.reshape(t, self.num_v_heads, self.head_v_dim))
-        return self.out_proj(out.reshape(t, self.value_dim))
+        return out.reshape(t, self.value_dim)
 
     def _verify(self, mixed: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
                 state: torch.Tensor, conv_state: torch.Tensor, scratch: VerifyScratch) -> torch.Tensor:
@@ -80,4 +89,4 @@ class GatedDeltaNet(nn.Module):
         out = gated_delta_verify(mixed, z, b, a, self.A_log, self.dt_bias, state,
                                  scratch.recurrent[self.recurrent_name], self.norm.weight, self.norm.eps,
                                  self.num_k_heads, self.head_k_dim, self.head_v_dim)
-        return self.out_proj(out.reshape(t, self.value_dim))
+        return out.reshape(t, self.value_dim)

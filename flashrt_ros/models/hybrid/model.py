@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
 from flashrt_ros.models.base import CausalLM, kv_cache_spec
 from flashrt_ros.models.hybrid.block import HybridBlock
@@ -23,6 +22,7 @@ from flashrt_ros.models.hybrid.mtp import MultiTokenPredictor
 from flashrt_ros.models.hybrid.norms import OffsetRMSNorm
 from flashrt_ros.models.hybrid.verification import VerifyScratch
 from flashrt_ros.ops import rope_inv_freq
+from flashrt_ros.ops.linear import fused_linear
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 
 
@@ -77,10 +77,11 @@ class HybridCausalLM(CausalLM):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, arena: StateArena, *,
                 last_only: bool = False) -> torch.Tensor:
-        x, delta = self._residual_stream(input_ids, positions, arena)
+        x = self._residual_stream(input_ids, positions, arena)
         if last_only:
-            x, delta = x[-1:], delta[-1:]
-        return self.logits(self.norm.add_and_norm(x, delta)[1])
+            x = x[-1:]
+        return fused_linear(x, self.lm_head.weight, norm="offset", norm_weight=self.norm.weight,
+                            eps=self.norm.eps).float()
 
     # ------------------------------------------------------------ speculative decoding
     def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, arena: StateArena, *,
@@ -91,8 +92,7 @@ class HybridCausalLM(CausalLM):
         Gated DeltaNet layers keep each token's state there and leave the arena's
         (``scratch.keep_prefix`` then picks the accepted one).
         """
-        x, delta = self._residual_stream(input_ids, positions, arena, scratch)
-        return self.norm.add_and_norm(x, delta)[1]
+        return self.norm.add_and_norm(self._residual_stream(input_ids, positions, arena, scratch), None)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """float32 logits ``[T, vocab]`` of normed hidden states (the main model's or the MTP head's)."""
@@ -117,8 +117,8 @@ class HybridCausalLM(CausalLM):
         return self.mtp(hidden, self.embed_tokens(next_tokens), positions, self.inv_freq, arena)
 
     def _residual_stream(self, input_ids: torch.Tensor, positions: torch.Tensor, arena: StateArena,
-                         scratch: VerifyScratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        x, delta = self.embed_tokens(input_ids), None
+                         scratch: VerifyScratch | None = None) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
         for layer in self.layers:
-            x, delta = layer(x, delta, positions, self.inv_freq, arena, scratch)
-        return x, delta
+            x = layer(x, positions, self.inv_freq, arena, scratch)
+        return x

@@ -61,7 +61,6 @@ class MultiTokenPredictor(nn.Module):
         """Rows ``(hidden [T, H] at position p, embedding of token p+1 [T, H])`` at ``positions [T]``
         (consecutive) -> the head's normed output ``[T, H]``; writes its KV rows at ``positions``."""
         x = self.fc(torch.cat((self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)), dim=-1))
-        delta = None
         for layer in self.layers:
-            x, delta = layer(x, delta, positions, inv_freq, arena)
-        return self.norm.add_and_norm(x, delta)[1]
+            x = layer(x, positions, inv_freq, arena)
+        return self.norm.add_and_norm(x, None)[1]
