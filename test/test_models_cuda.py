@@ -103,6 +103,5 @@ def test_a_decode_step_runs_each_product_with_its_norm_or_add_in_one_launch(sour
         per_step = 4 * n + 1
     else:
         per_step = 2 * n + 2 * sum(not model.config.is_moe_layer(i) for i in range(n)) + 1
-    assert len(calls) == DECODE * per_step, (len(calls), per_step)
-    assert torch.equal(fused[:1], unfused[:1]), "the prefill takes no fused product"
+    assert len(calls) == DECODE * per_step + 1, (len(calls), per_step)     # + the prefill's last-row head
     assert _rel(fused, unfused) <= 2e-2
