@@ -4,6 +4,8 @@ A layer's decode step is four products plus its mixer when each norm and residua
 (``ops.triton.gemv.gemv_fused``); apart, each norm, add and gate is a launch of its own. Both forms run in one
 process on one GPU, random weights (bf16) of SmolLM2-135M's shape or the hybrid 0.81B's (``--model``), 2048
 tokens prefilled, CUDA graphs:
+  - a third form with the attention's split slices merged by their own last program (no combine kernel:
+    ``ops.triton.attention.merged_split_attention``, off by default), whose logits should be the fused form's bits;
   - the decode graph's replay (device time, median of 100) and the engine's whole step (wall, median of 100);
   - kernels in one eager forward (profiler) and the weight-read floor (weights / measured copy bandwidth);
   - the check, with bounds declared here before the run: the logits of the first decode forward (the token
@@ -33,11 +35,14 @@ from flashrt_ros.engine.state import LOGITS
 from flashrt_ros.models.tokenizer import ByteTokenizer
 from flashrt_ros.ops.linear import fused_decode
 from flashrt_ros.ops.triton import gemv as gemv_module
+from flashrt_ros.ops.triton.attention import merged_split_attention
 
 CONTEXT, TOKENS, REPS = 2048, 64, 100
 #: the fused form rounds where the unfused ops do; only the norm's sum of squares may be reduced in another
 #: order (an ulp of rsqrt), which bf16 products carry to the logits as a few bf16 ulps: 2e-2 of the largest logit
 LOGITS_BOUND = 2e-2
+#: (name, fused products, the split attention merged by its own programs: ``merged_split_attention``)
+FORMS = (("unfused", False, False), ("fused", True, False), ("fused+merged", True, True))
 
 
 def _wall_ms(fn) -> float:
@@ -48,9 +53,9 @@ def _wall_ms(fn) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def measure(model, fused: bool) -> dict:
-    """One form: a fresh engine (its graphs captured with the switch as given), prefill, timings, tokens."""
-    with fused_decode(fused):
+def measure(model, fused: bool, merged: bool = False) -> dict:
+    """One form: a fresh engine (its graphs captured with the switches as given), prefill, timings, tokens."""
+    with fused_decode(fused), merged_split_attention(merged):
         eng = LLMEngine(model, ByteTokenizer(), max_context=CONTEXT + TOKENS + 3 * REPS + 64, device="cuda",
                         prefill_chunk=CONTEXT, cuda_graphs=True)
         eng.prefill(prompt_ids(model.vocab_size, CONTEXT, 0, torch.device("cpu")).tolist())
@@ -80,9 +85,11 @@ def main() -> int:
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bandwidth = copy_bandwidth(1 << 30, torch.device("cuda"))
     floor = weight_bytes / bandwidth * 1e3
-    forms = {name: measure(model, fused) for name, fused in (("unfused", False), ("fused", True))}
+    forms = {name: measure(model, fused, merged) for name, fused, merged in FORMS}
     a, b = forms["unfused"]["first_logits"], forms["fused"]["first_logits"]
     logits_error = float((a - b).abs().max() / a.abs().max())
+    merged_error = float((a - forms["fused+merged"]["first_logits"]).abs().max() / a.abs().max())
+    merged_same_bits = torch.equal(b, forms["fused+merged"]["first_logits"])
     # the check's power, in the same run: the fused kernel with the two norms' roundings swapped must leave the
     # bound
     norms = dict(gemv_module.NORMS)
@@ -93,7 +100,8 @@ def main() -> int:
         gemv_module.NORMS.update(norms)
     broken_error = float((a - broken).abs().max() / a.abs().max())
     same_tokens = sum(x == y for x, y in zip(forms["unfused"]["tokens"], forms["fused"]["tokens"]))
-    passed = logits_error <= LOGITS_BOUND and broken_error > LOGITS_BOUND
+    merged_tokens = sum(x == y for x, y in zip(forms["fused"]["tokens"], forms["fused+merged"]["tokens"]))
+    passed = logits_error <= LOGITS_BOUND and merged_error <= LOGITS_BOUND and broken_error > LOGITS_BOUND
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; {pair.name} shape, random weights, "
           f"{parameter_count(model) / 1e6:.1f} M parameters, bf16, position {CONTEXT}")
     print(f"weight read {weight_bytes / 2**20:.1f} MiB, copy bandwidth {bandwidth / 1e9:.0f} GB/s: "
@@ -105,13 +113,16 @@ def main() -> int:
               f"{r['graph_replay_ms'] / floor:.2f}x | {r['kernels']} |")
     print(f"check: first decode forward's logits {logits_error:.2e} of the largest (bound {LOGITS_BOUND:.0e}): "
           f"{'PASS' if logits_error <= LOGITS_BOUND else 'FAIL'}; greedy tokens equal in {same_tokens} of {TOKENS} "
-          f"steps; self-test (the norms' roundings swapped in the fused kernel) {broken_error:.2e}: "
+          f"steps; fused+merged {merged_error:.2e} (the fused form's bits: {merged_same_bits}; its tokens in "
+          f"{merged_tokens} of {TOKENS}); self-test (the norms' roundings swapped in the fused kernel) "
+          f"{broken_error:.2e}: "
           f"{'fails the bound, as it must' if broken_error > LOGITS_BOUND else 'PASSES: the check has no power'}")
     if args.json:
         out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "model": pair.name,
                "commit": os.environ.get("FLASHRT_COMMIT", "unknown"), "context": CONTEXT,
                "weight_bytes": weight_bytes, "copy_bandwidth_bytes_s": bandwidth, "floor_ms": floor,
                "logits_error": logits_error, "logits_bound": LOGITS_BOUND, "selftest_error": broken_error,
+               "merged_error": merged_error, "merged_same_bits": merged_same_bits, "merged_tokens": merged_tokens,
                "passed": passed,
                "same_tokens": same_tokens, "tokens": TOKENS,
                "forms": {n: {k: v for k, v in r.items() if k != "first_logits"} for n, r in forms.items()}}

@@ -241,3 +241,26 @@ def test_layer_views_of_the_shared_position_major_cache_work(n_queries: int, sta
     shared = torch.full((64, 3, 2, 2, 16), float("nan"), dtype=q.dtype, device=q.device)
     shared[:, 1, 0], shared[:, 1, 1] = k_cache, v_cache
     assert_matches_reference(q, shared[:, 1, 0], shared[:, 1, 1], start_t, tol=1e-4)
+
+
+@needs_triton
+@pytest.mark.parametrize("n_queries, start, n_heads, n_kv, max_context", [
+    (1, 100, 4, 2, 128),         # decode, GQA, two live slices
+    (1, 0, 4, 2, 128),           # first token: one live slice
+    (1, 57, 9, 3, 128),          # a group of 3
+    (7, 1000, 9, 3, 1024),       # a short chunk whose tile spans a slice boundary
+    (16, 120, 4, 2, 512),        # early rows see fewer slices than late ones
+])
+def test_merged_split_attention_gives_the_combine_kernels_bits_and_resets_its_counts(
+        n_queries: int, start: int, n_heads: int, n_kv: int, max_context: int) -> None:
+    """The split programs merging their own slices (``merged_split_attention``: one launch, no combine kernel) run
+    the combine kernel's code, so the output is the same bits, call after call; the arrival counts are 0 again
+    after every launch (a graph replays on them)."""
+    from flashrt_ros.ops.triton.scratch import kept_for
+    q, k_cache, v_cache, start_t = make_inputs(n_queries, start, n_heads, n_kv, 16, max_context)
+    combined = static_kv_attention(q, k_cache, v_cache, start_t)
+    with attention.merged_split_attention(True):
+        merged = [static_kv_attention(q, k_cache, v_cache, start_t) for _ in range(2)]
+    assert torch.equal(merged[0], combined) and torch.equal(merged[1], combined)
+    counts = kept_for(k_cache, "split_attention")
+    assert len(counts) == 1 and int(counts[0].abs().sum()) == 0

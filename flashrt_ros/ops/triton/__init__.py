@@ -31,8 +31,8 @@ class Switch:
     """A process-wide on/off for one family of kernels; ``with switch(False):`` turns it off for a block (a
     benchmark compares both paths in one process). Graphs captured inside keep the path they were captured with."""
 
-    def __init__(self) -> None:
-        self.enabled = True
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
 
     @contextmanager
     def __call__(self, enabled: bool) -> Iterator[None]:

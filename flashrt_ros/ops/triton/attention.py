@@ -36,7 +36,13 @@ import torch
 import triton
 import triton.language as tl
 
-from flashrt_ros.ops.triton import next_power_of_2
+from flashrt_ros.ops.triton import Switch, next_power_of_2
+from flashrt_ros.ops.triton.scratch import kept
+
+#: the split-key forms (decode, short chunks) merged by their own last program instead of a combine kernel: one
+#: launch fewer a layer; the same bits (``_combine_row``); off until a device run measures it
+#: (``benchmarks.kernel_decode_fusion``)
+merged_split_attention = Switch(enabled=False)
 
 _LOG2E = math.log2(math.e)
 _DECODE_TARGET_SPLITS = 64      # split slices per kv head at full cache (H200: 132 SMs)
@@ -167,10 +173,11 @@ def _attention_prefill_kernel(
 
 @triton.jit
 def _attention_split_kernel(
-        q_ptr, k_ptr, v_ptr, start_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, n_queries, qk_scale,
-        stride_qt, stride_qh, stride_qd, stride_kt, stride_kh, stride_vt, stride_vh,
+        q_ptr, k_ptr, v_ptr, start_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, arrived_ptr, o_ptr, n_queries,
+        qk_scale, stride_qt, stride_qh, stride_qd, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
         H: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+        CHUNK: tl.constexpr, MERGE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """One (row tile, kv head, key slice) of a short prefill chunk or a decode step.
 
     Row ``r`` is query ``t = r // GROUP`` of head ``kv * GROUP + r % GROUP`` at
@@ -178,6 +185,9 @@ def _attention_split_kernel(
     the tile's last position. Writes the unnormalised accumulator, row max
     (base 2) and row sum per (query, head, slice); a slice wholly past the tile
     exits at once, and the combine kernel reads only slices a row can see.
+    ``MERGE``: no combine kernel; the last of the tile's live slices to arrive
+    (``arrived_ptr`` counts them per (tile, kv head) and it sets the count back
+    to 0) merges its rows with the combine kernel's own code (``_combine_row``).
     """
     m0 = tl.program_id(0) * BLOCK_M
     kv = tl.program_id(1)
@@ -216,6 +226,18 @@ def _attention_split_kernel(
     tl.store(part_acc_ptr + part[:, None] * D + cols[None, :], acc, mask=row_ok[:, None])
     tl.store(part_max_ptr + part, m_i, mask=row_ok)
     tl.store(part_sum_ptr + part, l_i, mask=row_ok)
+    if MERGE:
+        tl.debug_barrier()                          # every thread's partials stored before the count is raised
+        slot = tl.program_id(0) * tl.num_programs(1) + kv
+        n_live = (end + SPLIT - 1) // SPLIT         # the tile's slices that did not exit
+        if tl.atomic_add(arrived_ptr + slot, 1, sem="acq_rel") == n_live - 1:
+            for i in tl.static_range(BLOCK_M):
+                r = m0 + i
+                if r < n_queries * GROUP:
+                    _combine_row(part_acc_ptr, part_max_ptr, part_sum_ptr, start, o_ptr, stride_ot, stride_oh,
+                                 r // GROUP, kv * GROUP + r % GROUP, H, D, SPLIT, NUM_SPLITS, SPLITS_PAD, CHUNK,
+                                 ".cg")
+            tl.atomic_xchg(arrived_ptr + slot, 0)   # ready for the next launch (a replay)
 
 
 @triton.jit
@@ -223,15 +245,25 @@ def _attention_combine_kernel(
         part_acc_ptr, part_max_ptr, part_sum_ptr, start_ptr, o_ptr, stride_ot, stride_oh,
         H: tl.constexpr, D: tl.constexpr, SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr,
         SPLITS_PAD: tl.constexpr, CHUNK: tl.constexpr):
-    """One (query, head): merge the partial softmaxes of the slices it sees (log-sum-exp rescaling)."""
+    """One (query, head): merge the partial softmaxes of the slices it sees (``_combine_row``)."""
     row = tl.program_id(0)                   # t * H + head
-    t = row // H
-    head = row % H
-    n_live = (tl.load(start_ptr).to(tl.int32) + t + SPLIT) // SPLIT     # cdiv(start + t + 1, SPLIT)
-    base = row * NUM_SPLITS
+    _combine_row(part_acc_ptr, part_max_ptr, part_sum_ptr, tl.load(start_ptr).to(tl.int32), o_ptr, stride_ot,
+                 stride_oh, row // H, row % H, H, D, SPLIT, NUM_SPLITS, SPLITS_PAD, CHUNK, "")
+
+
+@triton.jit
+def _combine_row(part_acc_ptr, part_max_ptr, part_sum_ptr, start, o_ptr, stride_ot, stride_oh, t, head,
+                 H: tl.constexpr, D: tl.constexpr, SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                 SPLITS_PAD: tl.constexpr, CHUNK: tl.constexpr, CACHE: tl.constexpr):
+    """Query ``t``'s head ``head``: the partial softmaxes of the slices it sees merged by log-sum-exp rescaling,
+    in slice order (the combine kernel and a merging split program run this same code: the same bits).
+    ``CACHE``: ``.cg`` where other programs of this launch wrote the partials."""
+    n_live = (start + t + SPLIT) // SPLIT    # cdiv(start + t + 1, SPLIT)
+    base = (t * H + head) * NUM_SPLITS
     slices = tl.arange(0, SPLITS_PAD)
-    part_max = tl.load(part_max_ptr + base + slices, mask=slices < n_live, other=float("-inf"))
-    part_sum = tl.load(part_sum_ptr + base + slices, mask=slices < n_live, other=0.0)
+    part_max = tl.load(part_max_ptr + base + slices, mask=slices < n_live, other=float("-inf"),
+                       cache_modifier=CACHE)
+    part_sum = tl.load(part_sum_ptr + base + slices, mask=slices < n_live, other=0.0, cache_modifier=CACHE)
     top = tl.max(part_max, 0)
     total = tl.sum(part_sum * tl.exp2(part_max - top), 0)
 
@@ -240,9 +272,10 @@ def _attention_combine_kernel(
     acc = tl.zeros([D], tl.float32)
     for c in range(0, n_live, CHUNK):
         live = c + chunk < n_live
-        weight = tl.exp2(tl.load(part_max_ptr + base + c + chunk, mask=live, other=float("-inf")) - top)
+        weight = tl.exp2(tl.load(part_max_ptr + base + c + chunk, mask=live, other=float("-inf"),
+                                 cache_modifier=CACHE) - top)
         part = tl.load(part_acc_ptr + (base + c + chunk)[:, None] * D + cols[None, :],
-                       mask=live[:, None], other=0.0)
+                       mask=live[:, None], other=0.0, cache_modifier=CACHE)
         acc += tl.sum(part * weight[:, None], 0)
     tl.store(o_ptr + t * stride_ot + head * stride_oh + cols, (acc / total).to(o_ptr.dtype.element_ty))
 
@@ -286,16 +319,24 @@ def static_kv_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     part_acc = torch.empty((n_queries * n_heads, n_splits, head_dim), dtype=torch.float32, device=q.device)
     part_max = torch.empty((n_queries * n_heads, n_splits), dtype=torch.float32, device=q.device)
     part_sum = torch.empty((n_queries * n_heads, n_splits), dtype=torch.float32, device=q.device)
-    _attention_split_kernel[(triton.cdiv(n_queries * group, block_m), n_kv, n_splits)](
-        q, k_cache, v_cache, start, part_acc, part_max, part_sum, n_queries, qk_scale,
-        q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
-        v_cache.stride(0), v_cache.stride(1),
-        H=n_heads, GROUP=group, D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split,
-        NUM_SPLITS=n_splits, DOT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
+    tiles = triton.cdiv(n_queries * group, block_m)
     splits_pad = next_power_of_2(n_splits)
-    _attention_combine_kernel[(n_queries * n_heads,)](
-        part_acc, part_max, part_sum, start, out, out.stride(0), out.stride(1),
-        H=n_heads, D=head_dim, SPLIT=split, NUM_SPLITS=n_splits, SPLITS_PAD=splits_pad,
-        CHUNK=min(_COMBINE_CHUNK, splits_pad), num_warps=4)
+    chunk = min(_COMBINE_CHUNK, splits_pad)
+    merge = merged_split_attention.enabled
+    arrived = (kept(k_cache, ("split_attention", tiles, n_kv),
+                    lambda: torch.zeros(tiles * n_kv, dtype=torch.int32, device=q.device), "merged split attention")
+               if merge else part_max)
+    _attention_split_kernel[(tiles, n_kv, n_splits)](
+        q, k_cache, v_cache, start, part_acc, part_max, part_sum, arrived, out, n_queries, qk_scale,
+        q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
+        v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1),
+        H=n_heads, GROUP=group, D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split,
+        NUM_SPLITS=n_splits, SPLITS_PAD=splits_pad, CHUNK=chunk, MERGE=merge, DOT_PRECISION=precision,
+        num_warps=num_warps, num_stages=num_stages)
+    if not merge:
+        _attention_combine_kernel[(n_queries * n_heads,)](
+            part_acc, part_max, part_sum, start, out, out.stride(0), out.stride(1),
+            H=n_heads, D=head_dim, SPLIT=split, NUM_SPLITS=n_splits, SPLITS_PAD=splits_pad,
+            CHUNK=chunk, num_warps=4)
     return out
 

@@ -1,7 +1,8 @@
 """Scratch that a kernel keeps between launches: made on the first (eager) call, never inside a graph capture.
 
-Why one place: the split-K products (``rows_matmul``) and the merged split attention (``prefix_attention``) each
-keep float32 slices and arrival counts per weight matrix or key buffer. The counts must start at 0, and a
+Why one place: the split-K products (``rows_matmul``) and the merged split attention (``prefix_attention``, and
+``attention``'s decode and short-chunk form) each keep float32 slices or arrival counts per weight matrix or key
+buffer. The counts must start at 0, and a
 ``torch.zeros`` inside a capture would only be a recorded memset: the eager calls around the graph would see
 whatever the memory held. So the first call must be eager (the graph runners warm up before they capture), and
 the scratch is kept, keyed by the buffer it serves, so a graph replays on scratch of its own. Nothing kept here is
