@@ -2,8 +2,9 @@
 # One device command for issue #57's decode step (the floor goal, SmolLM2's 0.4 ms), ten minutes at most; needs only
 # the GPU image (torch, triton). Usage: benchmarks/campaign_decode.sh OUT
 #   1. the fused products' GPU tests (test_triton_gemv_fused: against the unfused kernels and torch;
-#      test_models_cuda: a decode step takes them, logits within the bf16 band);
-#   2. SmolLM2-135M and the hybrid 0.81B, decode step with and without the fused products, in one run each, the logits
+#      test_models_cuda: a decode step takes them, logits within the bf16 band; test_triton_attention: the merged
+#      split attention among the rest);
+#   2. SmolLM2-135M and the hybrid 0.81B, decode step unfused, fused and fused with the merged attention, in one run each, the logits
 #      checked against a bound declared before and a swapped-norm self-test that must fail it
 #      (benchmarks.kernel_decode_fusion);
 #   3. the GEMV launch-shape sweep and the fused work's cost (benchmarks.kernel_gemv).
@@ -19,7 +20,8 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   echo "commit ${FLASHRT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"; } 2>&1 | tee "$W/machine.txt"
 timeout "$(( $(left) < 150 ? $(left) : 150 ))" python3 -m pytest -q -p no:cacheprovider -rs \
-  test/test_triton_gemv_fused.py test/test_models_cuda.py 2>&1 | tail -15 | tee "$W/gpu_tests_decode.txt"; save
+  test/test_triton_gemv_fused.py test/test_models_cuda.py test/test_triton_attention.py 2>&1 | tail -15 \
+  | tee "$W/gpu_tests_decode.txt"; save
 for model in smollm2 hybrid; do
   timeout "$(( $(left) < 120 ? $(left) : 120 ))" python3 -m benchmarks.kernel_decode_fusion --model "$model" \
     --json "$W/decode_fusion_$model.json" 2>&1 | tee "$W/decode_fusion_$model.txt"; save
