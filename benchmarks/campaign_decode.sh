@@ -4,8 +4,8 @@
 #   1. the fused products' GPU tests (test_triton_gemv_fused: against the unfused kernels and torch;
 #      test_models_cuda: a decode step takes them, logits within the bf16 band; test_triton_attention: the merged
 #      split attention among the rest);
-#   2. SmolLM2-135M and the hybrid 0.81B, decode step unfused, fused and fused with the merged attention, in one run each, the logits
-#      checked against a bound declared before and a swapped-norm self-test that must fail it
+#   2. SmolLM2-135M and the hybrid 0.81B, decode step unfused, fused and fused with the merged attention, in one run
+#      each, the logits checked against a bound declared before and a swapped-norm self-test that must fail it
 #      (benchmarks.kernel_decode_fusion);
 #   3. the GEMV launch-shape sweep and the fused work's cost (benchmarks.kernel_gemv).
 # FLASHRT_CAMPAIGN_S (default 560) bounds the whole; the evidence is one tarball in OUT, rewritten after each step.
