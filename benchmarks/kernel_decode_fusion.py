@@ -21,15 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import statistics
-import time
 
 import torch
 
 from benchmarks.anatomy import forward_anatomy
 from benchmarks.models import build_hybrid, build_smollm2, parameter_count
 from benchmarks.measure import prompt_ids
-from benchmarks.timing import copy_bandwidth, median_event_ms
+from benchmarks.timing import copy_bandwidth, median_event_ms, wall_ms
 from flashrt_ros.engine.llm_engine import LLMEngine
 from flashrt_ros.engine.state import LOGITS
 from flashrt_ros.models.tokenizer import ByteTokenizer
@@ -38,19 +38,13 @@ from flashrt_ros.ops.triton import gemv as gemv_module
 from flashrt_ros.ops.triton.attention import merged_split_attention
 
 CONTEXT, TOKENS, REPS = 2048, 64, 100
+CUDA = torch.device("cuda")
 #: the fused form rounds where the unfused ops do; only the norm's sum of squares may be reduced in another
 #: order (an ulp of rsqrt), which bf16 products carry to the logits as a few bf16 ulps: 2e-2 of the largest logit
 LOGITS_BOUND = 2e-2
 #: (name, fused products, the split attention merged by its own programs: ``merged_split_attention``)
 FORMS = (("unfused", False, False), ("fused", True, False), ("fused+merged", True, True))
 
-
-def _wall_ms(fn) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def measure(model, fused: bool, merged: bool = False) -> dict:
@@ -62,10 +56,10 @@ def measure(model, fused: bool, merged: bool = False) -> dict:
         tokens = [eng.decode_step(greedy=True) for _ in range(2)]   # the 2nd runs a decode forward (1st: prefill's)
         logits = eng.arena[LOGITS].clone()
         tokens += [eng.decode_step(greedy=True) for _ in range(TOKENS - 2)]
-        step = statistics.median(_wall_ms(lambda: eng.decode_step(greedy=True)) for _ in range(REPS))
+        step = statistics.median(wall_ms(lambda: eng.decode_step(greedy=True), CUDA)[0] for _ in range(REPS))
         graph = eng.runner.decode_runners[("decode", True)].graph      # benchmark-only access
-        replay = median_event_ms(graph.replay, REPS, torch.device("cuda"))
-        anatomy = forward_anatomy(model, CONTEXT, torch.device("cuda"), 1)
+        replay = median_event_ms(graph.replay, REPS, CUDA)
+        anatomy = forward_anatomy(model, CONTEXT, CUDA, 1)
     return {"decode_step_ms": step, "graph_replay_ms": replay, "kernels": anatomy.get("kernels"),
             "anatomy": anatomy, "tokens": tokens, "first_logits": logits}
 
@@ -76,14 +70,13 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        print("error: needs a CUDA GPU")
+        print("error: needs a CUDA GPU", file=sys.stderr)
         return 2
-    cuda = torch.device("cuda")
-    pair = (build_smollm2(cuda, torch.bfloat16, 0, quick=False, force_random=True) if args.model == "smollm2"
-            else build_hybrid(cuda, torch.bfloat16, 0, quick=False))
+    pair = (build_smollm2(CUDA, torch.bfloat16, 0, quick=False, force_random=True) if args.model == "smollm2"
+            else build_hybrid(CUDA, torch.bfloat16, 0, quick=False))
     model = pair.ours
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    bandwidth = copy_bandwidth(1 << 30, torch.device("cuda"))
+    bandwidth = copy_bandwidth(1 << 30, CUDA)
     floor = weight_bytes / bandwidth * 1e3
     forms = {name: measure(model, fused, merged) for name, fused, merged in FORMS}
     a, b = forms["unfused"]["first_logits"], forms["fused"]["first_logits"]

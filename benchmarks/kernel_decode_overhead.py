@@ -12,41 +12,34 @@ and the launch gaps inside the graph. Run on a GPU:
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 from benchmarks.gpu_args import gpu_benchmark_args
 from benchmarks.models import build_hybrid
-from benchmarks.timing import median_event_ms
+from benchmarks.timing import median_event_ms, wall_ms
 from benchmarks.measure import prompt_ids
 from flashrt_ros.engine.llm_engine import LLMEngine
 from flashrt_ros.engine.state import PENDING
 from flashrt_ros.models.tokenizer import ByteTokenizer
 
 REPS = 50
+CUDA = torch.device("cuda")
 
-
-def _wall(fn) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def main() -> None:
     gpu_benchmark_args(__doc__, "python -m benchmarks.kernel_decode_overhead")
-    pair = build_hybrid(torch.device("cuda"), torch.bfloat16, 0, quick=False)
+    pair = build_hybrid(CUDA, torch.bfloat16, 0, quick=False)
     eng = LLMEngine(pair.ours, ByteTokenizer(), max_context=2048 + 3 * REPS + 64, device="cuda",
                     prefill_chunk=2048, cuda_graphs=True)
     eng.prefill(prompt_ids(pair.ours.vocab_size, 2048, 0, torch.device("cpu")).tolist())
     for _ in range(3):
         eng.decode_step(greedy=True)
-    step = statistics.median(_wall(lambda: eng.decode_step(greedy=True)) for _ in range(REPS))
+    step = statistics.median(wall_ms(lambda: eng.decode_step(greedy=True), CUDA)[0] for _ in range(REPS))
     graph = eng.runner.decode_runners[("decode", True)].graph   # the captured decode step (benchmark-only access)
-    replay = median_event_ms(graph.replay, REPS, torch.device("cuda"))
-    with_read = statistics.median(_wall(lambda: (graph.replay(), int(eng.arena[PENDING].item())))
+    replay = median_event_ms(graph.replay, REPS, CUDA)
+    with_read = statistics.median(wall_ms(lambda: (graph.replay(), int(eng.arena[PENDING].item())), CUDA)[0]
                                   for _ in range(REPS))
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; hybrid-0.81B bf16 at position ~2100")
     print("| what | ms | share of decode_step |")
