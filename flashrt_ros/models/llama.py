@@ -105,7 +105,7 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """SwiGLU with the gate and up projections fused into one matrix."""
+    """SwiGLU's weights, the gate and up projections fused into one matrix (``TransformerBlock`` runs them)."""
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
@@ -128,11 +128,11 @@ class TransformerBlock(nn.Module):
     def forward(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
                 arena: StateArena) -> torch.Tensor:
         """The residual stream after this block."""
-        a, f, ff = self.attention, self.ffn_norm, self.feed_forward
-        n = self.attention_norm
-        qkv = fused_linear(x, a.wqkv.weight, norm="llama", norm_weight=n.weight, eps=n.eps)
+        a, ff = self.attention, self.feed_forward
+        n1, n2 = self.attention_norm, self.ffn_norm
+        qkv = fused_linear(x, a.wqkv.weight, norm="llama", norm_weight=n1.weight, eps=n1.eps)
         x = fused_linear(a.attend(qkv, positions, inv_freq, arena), a.wo.weight, epilogue="residual", residual=x)
-        gated = fused_linear(x, ff.w13.weight, norm="llama", norm_weight=f.weight, eps=f.eps, epilogue="silu_gate")
+        gated = fused_linear(x, ff.w13.weight, norm="llama", norm_weight=n2.weight, eps=n2.eps, epilogue="silu_gate")
         return fused_linear(gated, ff.w2.weight, epilogue="residual", residual=x)
 
 
