@@ -14,7 +14,8 @@ tokens prefilled, CUDA graphs:
     reported side by side (near-ties of random weights may flip; the count is reported, not asserted).
   - the check's power in the same run: the fused kernel with the two norms' roundings swapped (Llama's cast
     before the scale, Qwen3-Next's ``1 + w`` in float32) must leave the bound.
-Exit status 1 when the check fails or has no power. Run on a GPU: ``python -m benchmarks.kernel_decode_fusion [--model smollm2|hybrid] [--json F]``.
+Exit status 1 when the check fails or has no power. Run on a GPU:
+``python -m benchmarks.kernel_decode_fusion [--model smollm2|hybrid] [--json F]``.
 """
 from __future__ import annotations
 

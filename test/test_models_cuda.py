@@ -85,23 +85,26 @@ def test_bench_shaped_bf16_kernels_match_torch_path_on_gpu(kind):
 
 @pytest.mark.parametrize("source", ["random-llama-tiny", "random-hybrid-tiny"])
 def test_a_decode_step_runs_each_product_with_its_norm_or_add_in_one_launch(source, monkeypatch):
-    """One row on CUDA: every product of a layer but an MoE's goes through ``gemv_fused`` (a Llama layer's four,
-    the hybrid's mixer in / out and dense gate-up / down; the head with the final norm), and the logits equal the
+    """One row on CUDA: every product of a layer but an MoE's is one launch with its norm or add (a Llama layer's
+    q / k / v with RoPE and the KV write in ``gemv_qkv_rope``, its other three in ``gemv_fused``; the hybrid's mixer
+    in / out and dense gate-up / down in ``gemv_fused``; the head with the final norm), and the logits equal the
     unfused ops' within the bf16 band (the norm's sum of squares may be reduced in another order)."""
     from flashrt_ros.ops.linear import fused_decode
     from flashrt_ros.ops.triton import gemv as gemv_module
     model = load_model(source, device="cuda", dtype=torch.bfloat16, seed=0)[0]
     calls = []
-    real = gemv_module.gemv_fused
-    monkeypatch.setattr(gemv_module, "gemv_fused", lambda *a, **k: calls.append(k.get("norm")) or real(*a, **k))
+    for name in ("gemv_fused", "gemv_qkv_rope"):
+        real = getattr(gemv_module, name)
+        monkeypatch.setattr(gemv_module, name, lambda *a, real=real, **k: calls.append(real.__name__) or real(*a, **k))
     ids = _ids(256)
     fused = _run(model, "cuda", ids)
     with fused_decode(False):
         unfused = _run(model, "cuda", ids)
     n = len(model.layers)
     if isinstance(model, Llama):
-        per_step = 4 * n + 1
+        per_step = {"gemv_fused": 3 * n + 1, "gemv_qkv_rope": n}
     else:
-        per_step = 2 * n + 2 * sum(not model.config.is_moe_layer(i) for i in range(n)) + 1
-    assert len(calls) == DECODE * per_step + 1, (len(calls), per_step)     # + the prefill's last-row head
+        per_step = {"gemv_fused": 2 * n + 2 * sum(not model.config.is_moe_layer(i) for i in range(n)) + 1}
+    expected = {name: DECODE * count + (name == "gemv_fused") for name, count in per_step.items()}  # + prefill's head
+    assert {name: calls.count(name) for name in expected} == expected and len(calls) == sum(expected.values())
     assert _rel(fused, unfused) <= 2e-2

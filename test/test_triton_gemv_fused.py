@@ -105,3 +105,39 @@ def test_bad_arguments_are_refused():
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("norm", [None, "llama"])
+@pytest.mark.parametrize("heads,kv_heads,head_dim,k", [(9, 3, 16, 40), (4, 2, 32, 136)])
+def test_the_qkv_product_with_rope_and_kv_write_is_the_two_kernels(dtype, norm, heads, kv_heads, head_dim, k):
+    """``gemv_qkv_rope`` against ``gemv_fused`` then ``rope_kv.rope_and_write_kv`` on a shared position-major cache
+    (``[S, layers, k/v, KV, D]``, this layer's views): the same queries and cache rows (bits in the interpreter), no
+    other row written."""
+    from flashrt_ros.ops.rope import rope_inv_freq
+    from flashrt_ros.ops.triton.gemv import gemv_fused, gemv_qkv_rope
+    from flashrt_ros.ops.triton.rope_kv import rope_and_write_kv
+    rows = (heads + 2 * kv_heads) * head_dim
+    weight = _randn(rows, k, dtype=dtype, seed=5, scale=k ** -0.5)
+    x = _randn(1, k, dtype=dtype, seed=6, scale=3.0)
+    norm_weight = _randn(k, dtype=dtype, seed=7, scale=0.2)
+    inv_freq = rope_inv_freq(head_dim, 10000.0).to(DEV)
+    positions = torch.tensor([37], device=DEV)
+    caches = [torch.full((64, 2, 2, kv_heads, head_dim), float("nan"), dtype=dtype, device=DEV) for _ in range(2)]
+    q = gemv_qkv_rope(x, weight, caches[0][:, 1, 0], caches[0][:, 1, 1], positions, inv_freq, heads, kv_heads,
+                      norm=norm, norm_weight=norm_weight, eps=EPS)
+    qkv = gemv_fused(x, weight, norm=norm, norm_weight=norm_weight, eps=EPS)
+    qs, ks, vs = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    expected = rope_and_write_kv(qs.view(1, heads, head_dim), ks.view(1, kv_heads, head_dim),
+                                 vs.view(1, kv_heads, head_dim), caches[1][:, 1, 0], caches[1][:, 1, 1], positions,
+                                 inv_freq, head_dim)
+    assert q.shape == (1, heads, head_dim)
+    if INTERPRET:
+        assert torch.equal(q, expected)
+        assert torch.equal(caches[0][37, 1], caches[1][37, 1])
+    else:
+        assert _rel(q, expected) <= (1e-5 if dtype == torch.float32 else BF16_TOL)
+        assert _rel(caches[0][37, 1], caches[1][37, 1]) <= (1e-5 if dtype == torch.float32 else BF16_TOL)
+    written = torch.zeros(64, 2, dtype=torch.bool, device=DEV)
+    written[37, 1] = True
+    assert torch.isnan(caches[0][~written]).all() and not torch.isnan(caches[0][37, 1]).any()

@@ -25,7 +25,7 @@ from flashrt_ros.models.base import CausalLM, kv_cache_spec, kv_views
 from flashrt_ros.ops.linear import Linear, fused_linear
 from flashrt_ros.ops.norms import rms_norm
 from flashrt_ros.ops.rope import rope_inv_freq
-from flashrt_ros.ops.static_kv_attention import rope_write_and_attend
+from flashrt_ros.ops.static_kv_attention import project_rope_write_and_attend
 from flashrt_ros.runtime.arena import BufferSpec, StateArena
 
 
@@ -93,15 +93,12 @@ class Attention(nn.Module):
         self.wo = Linear(self.q_size, cfg.dim, bias=False)
         self.kv_index = layer             # this layer's slot in the shared KV cache
 
-    def attend(self, qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
+    def attend(self, x: torch.Tensor, norm: RMSNorm, positions: torch.Tensor, inv_freq: torch.Tensor,
                arena: StateArena) -> torch.Tensor:
-        """RoPE, the KV write and causal attention for the fused projection's rows ``qkv``; before ``wo``."""
-        t = qkv.shape[0]
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        return rope_write_and_attend(
-            q.view(t, self.n_heads, self.head_dim), k.view(t, self.n_kv_heads, self.head_dim),
-            v.view(t, self.n_kv_heads, self.head_dim), *kv_views(arena, self.kv_index), positions,
-            inv_freq, self.head_dim)
+        """The normed residual stream's projection, RoPE, the KV write and causal attention; before ``wo``."""
+        return project_rope_write_and_attend(x, self.wqkv.weight, norm.weight, norm.eps,
+                                             *kv_views(arena, self.kv_index), positions, inv_freq, self.n_heads,
+                                             self.n_kv_heads)
 
 
 class FeedForward(nn.Module):
@@ -115,8 +112,9 @@ class FeedForward(nn.Module):
 
 class TransformerBlock(nn.Module):
     """Pre-norm block as four products (``ops.linear.fused_linear``): each norm runs with the product after it
-    and each residual add with the product before it, so a decode step's layer is four launches and the
-    attention's (``Attention.attend``); with more rows (prefill, the CPU) the same rounding as separate ops."""
+    and each residual add with the product before it, RoPE and the KV write with the q / k / v product
+    (``Attention.attend``), so a decode step's layer is four launches and the attention's; with more rows
+    (prefill, the CPU) the same rounding as separate ops."""
 
     def __init__(self, cfg: LlamaConfig, layer: int) -> None:
         super().__init__()
@@ -130,8 +128,7 @@ class TransformerBlock(nn.Module):
         """The residual stream after this block."""
         a, ff = self.attention, self.feed_forward
         n1, n2 = self.attention_norm, self.ffn_norm
-        qkv = fused_linear(x, a.wqkv.weight, norm="llama", norm_weight=n1.weight, eps=n1.eps)
-        x = fused_linear(a.attend(qkv, positions, inv_freq, arena), a.wo.weight, epilogue="residual", residual=x)
+        x = fused_linear(a.attend(x, n1, positions, inv_freq, arena), a.wo.weight, epilogue="residual", residual=x)
         gated = fused_linear(x, ff.w13.weight, norm="llama", norm_weight=n2.weight, eps=n2.eps, epilogue="silu_gate")
         return fused_linear(gated, ff.w2.weight, epilogue="residual", residual=x)
 

@@ -67,3 +67,27 @@ def rope_write_and_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_c
         q, k = offset_rms_norm(q, q_norm, eps), offset_rms_norm(k, k_norm, eps)
     q, k = apply_partial_rope(q, cos, sin), apply_partial_rope(k, cos, sin)
     return write_and_attend(q, k, v, k_cache, v_cache, positions)
+
+
+def project_rope_write_and_attend(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                                  k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
+                                  inv_freq: torch.Tensor, n_heads: int, n_kv_heads: int) -> torch.Tensor:
+    """Llama's attention core from the residual stream: the RMSNorm'd fused ``[q; k; v]`` product of ``x [T, K]``,
+    RoPE over the whole head, the KV write at ``positions`` and causal attention; returns ``[T, H*D]``.
+
+    Why one function: a decode step's token on CUDA takes the product, RoPE and the KV write as one launch
+    (``ops.triton.gemv.gemv_qkv_rope``, the same bits as the separate kernels); otherwise the separate ops
+    (``ops.linear.fused_linear`` then ``rope_write_and_attend``)."""
+    from flashrt_ros.ops.linear import fused_decode, fused_linear
+    head_dim = weight.shape[0] // (n_heads + 2 * n_kv_heads)
+    if fused_decode.enabled and x.dim() == 2 and x.shape[0] == 1 and use_triton(x) and weight.dtype == x.dtype:
+        from flashrt_ros.ops.triton.attention import static_kv_attention
+        from flashrt_ros.ops.triton.gemv import gemv_qkv_rope
+        q = gemv_qkv_rope(x, weight, k_cache, v_cache, positions, inv_freq, n_heads, n_kv_heads, norm="llama",
+                          norm_weight=norm_weight, eps=eps)
+        return static_kv_attention(q, k_cache, v_cache, positions[:1]).reshape(1, n_heads * head_dim)
+    t = x.shape[0]
+    q, k, v = fused_linear(x, weight, norm="llama", norm_weight=norm_weight, eps=eps).split(
+        [n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim], dim=-1)
+    return rope_write_and_attend(q.view(t, n_heads, head_dim), k.view(t, n_kv_heads, head_dim),
+                                 v.view(t, n_kv_heads, head_dim), k_cache, v_cache, positions, inv_freq, head_dim)

@@ -156,3 +156,86 @@ def gemv_fused(x: torch.Tensor, weight: torch.Tensor, *, norm: str | None = None
         NORM=NORMS[norm], EPILOGUE=EPILOGUES[epilogue], K_POW2=triton.next_power_of_2(k),
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages)
     return out
+
+
+@triton.jit
+def _gemv_qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, positions_ptr, inv_freq_ptr,
+                          K, stride_wn, cache_stride, eps, n_heads, n_kv_heads,
+                          NORM: tl.constexpr, K_POW2: tl.constexpr, HEAD_DIM: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``BLOCK_N`` row pairs ``(i, i + D/2)`` of the heads of a fused ``[q; k; v]`` weight: both products, then
+    queries and keys rotated (``rope_kv._norm_rope_row``'s rounding) and written, keys and values into the cache row
+    at ``positions[0]``."""
+    out_dtype = q_out_ptr.dtype.element_ty
+    half: tl.constexpr = HEAD_DIM // 2
+    rstd = 1.0
+    if NORM != 0:
+        every = tl.arange(0, K_POW2)
+        xs = tl.load(x_ptr + every, mask=every < K, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(xs * xs, axis=0) / K + eps)
+    pairs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_pairs = (n_heads + 2 * n_kv_heads) * half
+    ok = pairs < n_pairs
+    head = pairs // half
+    i = pairs % half
+    first = head * HEAD_DIM + i
+    cols = tl.arange(0, BLOCK_K)
+    acc1 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    acc2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    rows1 = w_ptr + first[:, None].to(tl.int64) * stride_wn
+    rows2 = w_ptr + (first + half)[:, None].to(tl.int64) * stride_wn
+    for k0 in range(0, K, BLOCK_K):
+        col_mask = k0 + cols < K
+        x = _normed_slice(x_ptr, norm_ptr, k0, cols, col_mask, rstd, NORM, out_dtype)
+        mask = ok[:, None] & col_mask[None, :]
+        acc1 += tl.load(rows1 + (k0 + cols)[None, :], mask=mask, other=0.0).to(tl.float32) * x[None, :]
+        acc2 += tl.load(rows2 + (k0 + cols)[None, :], mask=mask, other=0.0).to(tl.float32) * x[None, :]
+    y1 = tl.sum(acc1, axis=1).to(out_dtype).to(tl.float32)     # the product's rows, rounded as gemv stores them
+    y2 = tl.sum(acc2, axis=1).to(out_dtype).to(tl.float32)
+    pos = tl.load(positions_ptr)
+    angle = pos.to(tl.float32) * tl.load(inv_freq_ptr + i, mask=ok, other=0.0)
+    cos = tl.cos(angle).to(out_dtype).to(tl.float32)
+    sin = tl.sin(angle).to(out_dtype).to(tl.float32)
+    rotate = head < n_heads + n_kv_heads                        # queries and keys; values pass through
+    r1 = tl.where(rotate, (y1 * cos).to(out_dtype).to(tl.float32) + (-y2 * sin).to(out_dtype).to(tl.float32), y1)
+    r2 = tl.where(rotate, (y2 * cos).to(out_dtype).to(tl.float32) + (y1 * sin).to(out_dtype).to(tl.float32), y2)
+    is_q = ok & (head < n_heads)
+    tl.store(q_out_ptr + first, r1.to(out_dtype), mask=is_q)
+    tl.store(q_out_ptr + first + half, r2.to(out_dtype), mask=is_q)
+    kv_head = tl.where(head < n_heads + n_kv_heads, head - n_heads, head - n_heads - n_kv_heads)
+    row = pos.to(tl.int64) * cache_stride + kv_head * HEAD_DIM + i
+    is_k = ok & (head >= n_heads) & rotate
+    is_v = ok & (head >= n_heads + n_kv_heads)
+    tl.store(k_cache_ptr + row, r1.to(k_cache_ptr.dtype.element_ty), mask=is_k)
+    tl.store(k_cache_ptr + row + half, r2.to(k_cache_ptr.dtype.element_ty), mask=is_k)
+    tl.store(v_cache_ptr + row, r1.to(v_cache_ptr.dtype.element_ty), mask=is_v)
+    tl.store(v_cache_ptr + row + half, r2.to(v_cache_ptr.dtype.element_ty), mask=is_v)
+
+
+def gemv_qkv_rope(x: torch.Tensor, weight: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  positions: torch.Tensor, inv_freq: torch.Tensor, n_heads: int, n_kv_heads: int, *,
+                  norm: str | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+                  config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+    """One token's ``[q; k; v]`` projection of ``norm(x [1, K])`` with RoPE over the whole head (rotate-half, no q/k
+    norm: Llama's) and the KV write, in one launch: returns the rotated queries ``[1, n_heads, D]``; keys and values go
+    to ``k_cache`` / ``v_cache`` ``[S, KV, D]`` at row ``positions[0]``. The same bits as ``gemv_fused`` then
+    ``rope_kv.rope_and_write_kv`` (a launch and a round trip of the projection fewer)."""
+    rows, k = weight.shape
+    head_dim = rows // (n_heads + 2 * n_kv_heads)
+    if norm not in NORMS or head_dim * (n_heads + 2 * n_kv_heads) != rows or head_dim % 2:
+        raise ValueError(f"norm one of {list(NORMS)}; weight rows {rows} for {n_heads} + 2 x {n_kv_heads} heads")
+    assert x.numel() == k and weight.stride(1) == 1 and inv_freq.numel() == head_dim // 2
+    assert k_cache.stride(2) == v_cache.stride(2) == 1 and k_cache.stride(1) == v_cache.stride(1) == head_dim
+    assert k_cache.stride(0) == v_cache.stride(0)
+    x = x.reshape(k)
+    if x.stride(0) != 1:
+        x = x.contiguous()
+    q = torch.empty((1, n_heads, head_dim), dtype=x.dtype, device=x.device)
+    block_n, block_k, warps, stages = config or gemv_config(rows, k)
+    pairs = rows // 2
+    _gemv_qkv_rope_kernel[(triton.cdiv(pairs, block_n),)](
+        x, weight, x if norm_weight is None else norm_weight, q, k_cache, v_cache, positions, inv_freq, k,
+        weight.stride(0), k_cache.stride(0), float(eps), n_heads, n_kv_heads, NORM=NORMS[norm],
+        K_POW2=triton.next_power_of_2(k), HEAD_DIM=head_dim, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+        num_stages=stages)
+    return q
