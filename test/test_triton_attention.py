@@ -262,5 +262,5 @@ def test_merged_split_attention_gives_the_combine_kernels_bits_and_resets_its_co
     with attention.merged_split_attention(True):
         merged = [static_kv_attention(q, k_cache, v_cache, start_t) for _ in range(2)]
     assert torch.equal(merged[0], combined) and torch.equal(merged[1], combined)
-    counts = kept_for(k_cache, "split_attention")
-    assert len(counts) == 1 and int(counts[0].abs().sum()) == 0
+    counts = kept_for(k_cache, "split_attention")      # (an earlier buffer at the same address may have left one)
+    assert counts and all(int(c.abs().sum()) == 0 for c in counts)
