@@ -1,0 +1,136 @@
+"""Compile our triton kernels for an H100 (sm_90) on a machine without a GPU: the cases of
+``test_triton_sm90_compile.py``, run as ``python test/triton_sm90_compile.py`` in a process of its own.
+
+Why a process of its own: the test session runs triton's interpreter (``TRITON_INTERPRET=1``, set by conftest on a
+machine without CUDA), under which ``@triton.jit`` makes interpreted functions the compiler cannot take. Prints one
+JSON object: for every case, the shared memory its cubin asks for, or the compiler's error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from flashrt_ros.ops.triton import next_power_of_2
+
+
+def compile_sm90(fn, constexprs: dict, *, pointer: str = "bf16", pointers: dict | None = None,
+                 floats: tuple[str, ...] = (), num_warps: int = 4, num_stages: int = 3) -> int:
+    """``fn`` compiled for sm_90 with ``constexprs`` (every ``*_ptr`` argument a pointer to ``pointer`` or its entry
+    in ``pointers``, the ``floats`` float32, every other argument an int32); returns its shared memory in bytes."""
+    pointers = pointers or {}
+    signature = {}
+    for p in fn.params:
+        if p.is_constexpr:
+            signature[p.name] = "constexpr"
+        elif p.name.endswith("_ptr"):
+            signature[p.name] = "*" + pointers.get(p.name, pointer)
+        else:
+            signature[p.name] = "fp32" if p.name in floats else "i32"
+    kernel = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": num_warps, "num_stages": num_stages})
+    return int(kernel.metadata.shared)
+
+
+def fused_decode_product(norm: int, epilogue: int, n: int, k: int) -> int:
+    from flashrt_ros.ops.triton.gemv import _gemv_fused_kernel, gemv_config
+    block_n, block_k, warps, stages = gemv_config(n, k)
+    return compile_sm90(_gemv_fused_kernel, dict(NORM=norm, EPILOGUE=epilogue, K_POW2=next_power_of_2(k),
+                                                 BLOCK_N=block_n, BLOCK_K=block_k),
+                        floats=("eps",), num_warps=warps, num_stages=stages)
+
+
+def qkv_rope_product(head_dim: int) -> int:
+    from flashrt_ros.ops.triton.gemv import _gemv_qkv_rope_kernel, gemv_config
+    block_n, block_k, warps, stages = gemv_config(960, 576)
+    return compile_sm90(_gemv_qkv_rope_kernel, dict(NORM=1, K_POW2=1024, HEAD_DIM=head_dim, BLOCK_N=block_n,
+                                                    BLOCK_K=block_k),
+                        pointers={"positions_ptr": "i64", "inv_freq_ptr": "fp32"}, floats=("eps",),
+                        num_warps=warps, num_stages=stages)
+
+
+def decode_attention(merge: bool, head_dim: int, group: int) -> int:
+    from flashrt_ros.ops.triton.attention import _attention_split_kernel, _decode_config
+    block_n, split, n_splits, warps, stages = _decode_config(head_dim, 4096)
+    splits_pad = next_power_of_2(n_splits)
+    return compile_sm90(_attention_split_kernel, dict(
+        H=group * 2, GROUP=group, D=head_dim, BLOCK_M=max(16, next_power_of_2(group)), BLOCK_N=block_n, SPLIT=split,
+        NUM_SPLITS=n_splits, SPLITS_PAD=splits_pad, CHUNK=min(16, splits_pad), MERGE=merge, DOT_PRECISION="tf32"),
+        pointers={"start_ptr": "i64", "part_acc_ptr": "fp32", "part_max_ptr": "fp32", "part_sum_ptr": "fp32",
+                  "arrived_ptr": "i32"}, floats=("qk_scale",), num_warps=warps, num_stages=stages)
+
+
+def expert_rows_product(dtype: str, epilogue: str, split_k: int = 1) -> int:
+    from flashrt_ros.ops.triton.rows_matmul import (_EPILOGUES, DEFAULT_CONFIGS, FLOAT32_MAX_STAGES, MAX_ROWS,
+                                                    _rows_matmul_kernel)
+    block_n, block_k, warps, stages, *_ = DEFAULT_CONFIGS[epilogue]
+    if dtype == "fp32":
+        stages = min(stages, FLOAT32_MAX_STAGES)
+    rope = epilogue == "qkv_rope"
+    return compile_sm90(_rows_matmul_kernel, dict(
+        EPILOGUE=_EPILOGUES[epilogue], NORM=False, W_SCALED=False, HAS_VALID=False, HEADS=8 if rope else 0,
+        KV_HEADS=1 if rope else 0, HALF=128 if rope else 1, BLOCK_M=MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k,
+        SPLIT_K=split_k, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32"),
+        pointer=dtype, pointers={"scale_ptr": "fp32", "cos_ptr": "fp32", "sin_ptr": "fp32", "valid_ptr": "i64",
+                                 "part_ptr": "fp32", "arrived_ptr": "i32"},
+        floats=("eps",), num_warps=warps, num_stages=stages)
+
+
+def prefix_attention(dtype: str, rows: int, merge: bool = False) -> int:
+    """π0's prefix attention at ``attention_config``'s shape for ``rows`` query rows over a 2-camera prefix (816 keys)
+    and a 51-row suffix: one pass for a prefix's rows, split keys (optionally merged) for the expert's."""
+    import torch
+
+    from flashrt_ros.ops.triton.prefix_attention import _prefix_attention_kernel, attention_config
+    suffix_start, suffix_len = 816, 51
+    n_keys = suffix_start + suffix_len
+    config = attention_config(rows, n_keys, torch.float32 if dtype == "fp32" else torch.bfloat16)
+    if len(config) == 4:
+        block_m, block_n, warps, stages = config
+        split = triton.cdiv(n_keys, block_n) * block_n
+    else:
+        block_m, block_n, split, warps, stages, *_ = config
+    n_splits = triton.cdiv(n_keys, split)
+    return compile_sm90(_prefix_attention_kernel, dict(
+        SUFFIX_START=suffix_start, SUFFIX_LEN=suffix_len, HEADS=8, STATE_ROWS=1, D=256, BLOCK_M=block_m,
+        BLOCK_N=block_n, SPLIT=split, NUM_SPLITS=n_splits, SPLITS_PAD=next_power_of_2(n_splits),
+        MERGE=merge and n_splits > 1, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32"),
+        pointer=dtype, pointers={"part_acc_ptr": "fp32", "part_max_ptr": "fp32", "part_sum_ptr": "fp32",
+                                 "valid_ptr": "i64", "arrived_ptr": "i32"},
+        floats=("qk_scale",), num_warps=warps, num_stages=stages)
+
+
+#: case name -> the compile it runs
+CASES = {
+    **{f"fused_decode_product[norm{norm}-epilogue{epi}-{n}x{k}]": (fused_decode_product, (norm, epi, n, k))
+       for norm in (0, 1, 2) for epi in (0, 1, 2) for n, k in ((960, 576), (1024, 3584))},
+    **{f"qkv_rope_product[{d}]": (qkv_rope_product, (d,)) for d in (64, 128)},
+    **{f"decode_attention[merge{int(m)}-{d}-{g}]": (decode_attention, (m, d, g))
+       for m in (False, True) for d, g in ((64, 3), (256, 4))},
+    **{f"expert_rows_product[{dt}-{e}]": (expert_rows_product, (dt, e))
+       for dt in ("bf16", "fp32") for e in ("store", "residual", "gelu_gate", "qkv_rope", "silu_gate")},
+    **{f"expert_rows_product[{dt}-{e}-split4]": (expert_rows_product, (dt, e, 4))
+       for dt in ("bf16", "fp32") for e in ("store", "residual")},
+    **{f"prefix_attention[{dt}-{rows}rows-merge{int(m)}]": (prefix_attention, (dt, rows, m))
+       for dt in ("bf16", "fp32") for rows, m in ((816 * 8, False), (51 * 8, False), (51 * 8, True))},
+}
+
+
+def main() -> None:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("run without TRITON_INTERPRET (the module doc says why)")
+    results = {}
+    for name, (fn, args) in CASES.items():
+        try:
+            results[name] = {"shared": fn(*args)}
+        except Exception as exc:                 # reported per case; the test names it
+            results[name] = {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+    json.dump(results, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
