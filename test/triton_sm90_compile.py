@@ -37,16 +37,17 @@ def compile_sm90(fn, constexprs: dict, *, pointer: str = "bf16", pointers: dict 
 
 
 def fused_decode_product(norm: int, epilogue: int, n: int, k: int) -> int:
-    from flashrt_ros.ops.triton.gemv import _gemv_fused_kernel, gemv_config
-    block_n, block_k, warps, stages = gemv_config(n, k)
+    """``n`` weight rows (``n / 2`` outputs for the SwiGLU gate, epilogue 2), the wrapper's launch shape."""
+    from flashrt_ros.ops.triton.gemv import _gemv_fused_kernel, gemv_config, paired_config
+    block_n, block_k, warps, stages = (paired_config if epilogue == 2 else gemv_config)(n, k)
     return compile_sm90(_gemv_fused_kernel, dict(NORM=norm, EPILOGUE=epilogue, K_POW2=next_power_of_2(k),
                                                  BLOCK_N=block_n, BLOCK_K=block_k),
                         floats=("eps",), num_warps=warps, num_stages=stages)
 
 
 def qkv_rope_product(head_dim: int) -> int:
-    from flashrt_ros.ops.triton.gemv import _gemv_qkv_rope_kernel, gemv_config
-    block_n, block_k, warps, stages = gemv_config(960, 576)
+    from flashrt_ros.ops.triton.gemv import _gemv_qkv_rope_kernel, paired_config
+    block_n, block_k, warps, stages = paired_config(960, 576)
     return compile_sm90(_gemv_qkv_rope_kernel, dict(NORM=1, K_POW2=1024, HEAD_DIM=head_dim, BLOCK_N=block_n,
                                                     BLOCK_K=block_k),
                         pointers={"positions_ptr": "i64", "inv_freq_ptr": "fp32"}, floats=("eps",),
@@ -107,7 +108,7 @@ def prefix_attention(dtype: str, rows: int, merge: bool = False) -> int:
 #: case name -> the compile it runs
 CASES = {
     **{f"fused_decode_product[norm{norm}-epilogue{epi}-{n}x{k}]": (fused_decode_product, (norm, epi, n, k))
-       for norm in (0, 1, 2) for epi in (0, 1, 2) for n, k in ((960, 576), (1024, 3584))},
+       for norm in (0, 1, 2) for epi in (0, 1, 2) for n, k in ((960, 576), (1024, 3584), (7168, 1024))},
     **{f"qkv_rope_product[{d}]": (qkv_rope_product, (d,)) for d in (64, 128)},
     **{f"decode_attention[merge{int(m)}-{d}-{g}]": (decode_attention, (m, d, g))
        for m in (False, True) for d, g in ((64, 3), (256, 4))},
