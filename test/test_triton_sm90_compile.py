@@ -4,7 +4,7 @@ Why: the interpreter checks what a kernel computes, not whether the compiler tak
 refuses, or a tile that asks for more than an H100's 227 KiB of shared memory (π0's float32 rows did, found
 only on the device on 2026-12-07), would otherwise wait for a device session. ``triton.compile`` runs the
 whole pipeline to a cubin here (triton's wheel carries ptxas), for the launch shapes the wrappers pick; the
-cases run in one process without the interpreter (``triton_sm90_compile.py`` says why).
+cases (``benchmarks.kernel_resources``) run in one process without the interpreter (that module says why).
 """
 from __future__ import annotations
 
@@ -18,18 +18,16 @@ import pytest
 
 pytest.importorskip("triton")
 
-from triton_sm90_compile import CASES  # noqa: E402
+from benchmarks.kernel_resources import CASES, H100_SHARED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-#: an H100's shared memory a block may take (227 KiB)
-H100_SHARED = 232448
 
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "test"), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, str(ROOT / "test" / "triton_sm90_compile.py")], env=env, cwd=str(ROOT),
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.kernel_resources", "--json"], env=env, cwd=str(ROOT),
                           capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0:
         raise RuntimeError(f"the compile process failed ({proc.returncode}): {proc.stderr[-4000:]}")

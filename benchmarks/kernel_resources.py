@@ -1,15 +1,26 @@
-"""Compile our triton kernels for an H100 (sm_90) on a machine without a GPU: the cases of
-``test_triton_sm90_compile.py``, run as ``python test/triton_sm90_compile.py`` in a process of its own.
+"""Our triton kernels compiled for an H100 (sm_90) on any machine, a GPU or not: shared memory, registers, spills.
 
-Why a process of its own: the test session runs triton's interpreter (``TRITON_INTERPRET=1``, set by conftest on a
-machine without CUDA), under which ``@triton.jit`` makes interpreted functions the compiler cannot take. Prints one
-JSON object: for every case, the shared memory its cubin asks for, or the compiler's error.
+Why: whether the compiler takes a kernel, whether its tiles fit an H100's 227 KiB of shared memory, and how many
+registers it holds (so how many programs an SM keeps in flight) are known without a device: ``triton.compile``
+runs the whole pipeline to a cubin (triton's wheel carries ptxas), and ``ptxas -v`` reports the resources. The
+cases are the launch shapes our wrappers pick. ``test/test_triton_sm90_compile.py`` checks every case compiles and
+fits; this prints them:
+
+    python -m benchmarks.kernel_resources            # a table: shared bytes, registers, spill bytes per case
+    python -m benchmarks.kernel_resources --json     # what the test reads
+
+Run without ``TRITON_INTERPRET=1`` (under it ``@triton.jit`` makes interpreted functions the compiler cannot take;
+the test runs this in a process of its own for that reason).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
+import subprocess
 import sys
+import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -17,11 +28,15 @@ from triton.compiler import ASTSource
 
 from flashrt_ros.ops.triton import next_power_of_2
 
+#: an H100's shared memory a block may take (227 KiB)
+H100_SHARED = 232448
+
 
 def compile_sm90(fn, constexprs: dict, *, pointer: str = "bf16", pointers: dict | None = None,
-                 floats: tuple[str, ...] = (), num_warps: int = 4, num_stages: int = 3) -> int:
+                 floats: tuple[str, ...] = (), num_warps: int = 4, num_stages: int = 3) -> dict:
     """``fn`` compiled for sm_90 with ``constexprs`` (every ``*_ptr`` argument a pointer to ``pointer`` or its entry
-    in ``pointers``, the ``floats`` float32, every other argument an int32); returns its shared memory in bytes."""
+    in ``pointers``, the ``floats`` float32, every other argument an int32): ``{"shared", "registers",
+    "spill_bytes", "warps"}`` (registers and spills from ``ptxas -v``, None where it could not be run)."""
     pointers = pointers or {}
     signature = {}
     for p in fn.params:
@@ -33,10 +48,28 @@ def compile_sm90(fn, constexprs: dict, *, pointer: str = "bf16", pointers: dict 
             signature[p.name] = "fp32" if p.name in floats else "i32"
     kernel = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": num_warps, "num_stages": num_stages})
-    return int(kernel.metadata.shared)
+    return {"shared": int(kernel.metadata.shared), "warps": num_warps, **_ptxas_resources(kernel.asm["ptx"])}
 
 
-def fused_decode_product(norm: int, epilogue: int, n: int, k: int) -> int:
+def _ptxas_resources(ptx: str) -> dict:
+    """Registers per thread and spill bytes of ``ptx`` for sm_90a, from ``ptxas -v`` (triton's own ptxas)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    try:
+        ptxas = get_ptxas(90).path
+    except Exception:                          # no ptxas reachable: the cubin was made, the counts are unknown
+        return {"registers": None, "spill_bytes": None}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", os.path.join(tmp, "kernel.cubin")],
+                             capture_output=True, text=True).stderr
+    registers = re.search(r"Used (\d+) registers", out)
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", out)]
+    return {"registers": int(registers.group(1)) if registers else None, "spill_bytes": sum(spills) if spills else None}
+
+
+def fused_decode_product(norm: int, epilogue: int, n: int, k: int) -> dict:
     """``n`` weight rows (``n / 2`` outputs for the SwiGLU gate, epilogue 2), the wrapper's launch shape."""
     from flashrt_ros.ops.triton.gemv import _gemv_fused_kernel, gemv_config, paired_config
     block_n, block_k, warps, stages = (paired_config if epilogue == 2 else gemv_config)(n, k)
@@ -45,7 +78,7 @@ def fused_decode_product(norm: int, epilogue: int, n: int, k: int) -> int:
                         floats=("eps",), num_warps=warps, num_stages=stages)
 
 
-def qkv_rope_product(head_dim: int) -> int:
+def qkv_rope_product(head_dim: int) -> dict:
     from flashrt_ros.ops.triton.gemv import _gemv_qkv_rope_kernel, paired_config
     block_n, block_k, warps, stages = paired_config(960, 576)
     return compile_sm90(_gemv_qkv_rope_kernel, dict(NORM=1, K_POW2=1024, HEAD_DIM=head_dim, BLOCK_N=block_n,
@@ -54,7 +87,7 @@ def qkv_rope_product(head_dim: int) -> int:
                         num_warps=warps, num_stages=stages)
 
 
-def decode_attention(merge: bool, head_dim: int, group: int) -> int:
+def decode_attention(merge: bool, head_dim: int, group: int) -> dict:
     from flashrt_ros.ops.triton.attention import _attention_split_kernel, _decode_config
     block_n, split, n_splits, warps, stages = _decode_config(head_dim, 4096)
     splits_pad = next_power_of_2(n_splits)
@@ -65,7 +98,7 @@ def decode_attention(merge: bool, head_dim: int, group: int) -> int:
                   "arrived_ptr": "i32"}, floats=("qk_scale",), num_warps=warps, num_stages=stages)
 
 
-def expert_rows_product(dtype: str, epilogue: str, split_k: int = 1) -> int:
+def expert_rows_product(dtype: str, epilogue: str, split_k: int = 1) -> dict:
     from flashrt_ros.ops.triton.rows_matmul import (_EPILOGUES, DEFAULT_CONFIGS, FLOAT32_MAX_STAGES, MAX_ROWS,
                                                     _rows_matmul_kernel)
     block_n, block_k, warps, stages, *_ = DEFAULT_CONFIGS[epilogue]
@@ -81,7 +114,7 @@ def expert_rows_product(dtype: str, epilogue: str, split_k: int = 1) -> int:
         floats=("eps",), num_warps=warps, num_stages=stages)
 
 
-def prefix_attention(dtype: str, rows: int, merge: bool = False) -> int:
+def prefix_attention(dtype: str, rows: int, merge: bool = False) -> dict:
     """π0's prefix attention at ``attention_config``'s shape for ``rows`` query rows over a 2-camera prefix (816 keys)
     and a 51-row suffix: one pass for a prefix's rows, split keys (optionally merged) for the expert's."""
     import torch
@@ -121,17 +154,32 @@ CASES = {
 }
 
 
-def main() -> None:
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true", help="one JSON object, case -> resources or error")
+    args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
-        raise SystemExit("run without TRITON_INTERPRET (the module doc says why)")
+        print("error: run without TRITON_INTERPRET=1 (the module doc says why)", file=sys.stderr)
+        return 2
     results = {}
-    for name, (fn, args) in CASES.items():
+    for name, (fn, fn_args) in CASES.items():
         try:
-            results[name] = {"shared": fn(*args)}
+            results[name] = fn(*fn_args)
         except Exception as exc:                 # reported per case; the test names it
             results[name] = {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
-    json.dump(results, sys.stdout)
+    if args.json:
+        json.dump(results, sys.stdout)
+        return 0
+    print(f"triton {triton.__version__}, target sm_90 (H100: {H100_SHARED} bytes of shared memory a block)")
+    print("| case | shared bytes | registers / thread | spill bytes | warps |")
+    print("|---|---|---|---|---|")
+    for name, r in results.items():
+        if "error" in r:
+            print(f"| {name} | error: {r['error'][:100]} | | | |")
+        else:
+            print(f"| {name} | {r['shared']} | {r['registers']} | {r['spill_bytes']} | {r['warps']} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
