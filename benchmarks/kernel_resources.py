@@ -33,20 +33,33 @@ H100_SHARED = 232448
 
 
 def compile_sm90(fn, constexprs: dict, *, pointer: str = "bf16", pointers: dict | None = None,
-                 floats: tuple[str, ...] = (), num_warps: int = 4, num_stages: int = 3) -> dict:
-    """``fn`` compiled for sm_90 with ``constexprs`` (every ``*_ptr`` argument a pointer to ``pointer`` or its entry
-    in ``pointers``, the ``floats`` float32, every other argument an int32): ``{"shared", "registers",
-    "spill_bytes", "warps"}`` (registers and spills from ``ptxas -v``, None where it could not be run)."""
-    pointers = pointers or {}
-    signature = {}
-    for p in fn.params:
+                 floats: tuple[str, ...] = (), ints: dict | None = None, num_warps: int = 4,
+                 num_stages: int = 3) -> dict:
+    """``fn`` compiled for sm_90 as a launch would specialise it: every ``*_ptr`` argument a 16-byte aligned
+    pointer to ``pointer`` (or its entry in ``pointers``), the ``floats`` float32, every other argument an int32
+    with the value ``ints`` gives it standing in for the launch's (1: a constant, as triton specialises it; a
+    multiple of 16: marked divisible; unnamed: neither). Without the alignment marks triton neither vectorises
+    the loads nor pipelines them (num_stages has no effect), so its registers and shared memory would be another
+    kernel's. Returns ``{"shared", "registers", "spill_bytes", "warps"}`` (registers and spills from
+    ``ptxas -v``, None where it could not be run)."""
+    pointers, ints = pointers or {}, ints or {}
+    signature, constants, attrs = {}, dict(constexprs), {}
+    for i, p in enumerate(fn.params):
         if p.is_constexpr:
             signature[p.name] = "constexpr"
         elif p.name.endswith("_ptr"):
             signature[p.name] = "*" + pointers.get(p.name, pointer)
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif p.name in floats:
+            signature[p.name] = "fp32"
+        elif ints.get(p.name) == 1:
+            signature[p.name] = "constexpr"
+            constants[p.name] = 1
         else:
-            signature[p.name] = "fp32" if p.name in floats else "i32"
-    kernel = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32),
+            signature[p.name] = "i32"
+            if p.name in ints and ints[p.name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": num_warps, "num_stages": num_stages})
     return {"shared": int(kernel.metadata.shared), "warps": num_warps, **_ptxas_resources(kernel.asm["ptx"])}
 
@@ -75,7 +88,8 @@ def fused_decode_product(norm: int, epilogue: int, n: int, k: int) -> dict:
     block_n, block_k, warps, stages = (paired_config if epilogue == 2 else gemv_config)(n, k)
     return compile_sm90(_gemv_fused_kernel, dict(NORM=norm, EPILOGUE=epilogue, K_POW2=next_power_of_2(k),
                                                  BLOCK_N=block_n, BLOCK_K=block_k),
-                        floats=("eps",), num_warps=warps, num_stages=stages)
+                        floats=("eps",), ints=dict(N=n // 2 if epilogue == 2 else n, K=k, stride_wn=k),
+                        num_warps=warps, num_stages=stages)
 
 
 def qkv_rope_product(head_dim: int) -> dict:
@@ -84,6 +98,7 @@ def qkv_rope_product(head_dim: int) -> dict:
     return compile_sm90(_gemv_qkv_rope_kernel, dict(NORM=1, K_POW2=1024, HEAD_DIM=head_dim, BLOCK_N=block_n,
                                                     BLOCK_K=block_k),
                         pointers={"positions_ptr": "i64", "inv_freq_ptr": "fp32"}, floats=("eps",),
+                        ints=dict(K=576, stride_wn=576, cache_stride=30 * 2 * 3 * head_dim, n_heads=9, n_kv_heads=3),
                         num_warps=warps, num_stages=stages)
 
 
@@ -95,7 +110,11 @@ def decode_attention(merge: bool, head_dim: int, group: int) -> dict:
         H=group * 2, GROUP=group, D=head_dim, BLOCK_M=max(16, next_power_of_2(group)), BLOCK_N=block_n, SPLIT=split,
         NUM_SPLITS=n_splits, SPLITS_PAD=splits_pad, CHUNK=min(16, splits_pad), MERGE=merge, DOT_PRECISION="tf32"),
         pointers={"start_ptr": "i64", "part_acc_ptr": "fp32", "part_max_ptr": "fp32", "part_sum_ptr": "fp32",
-                  "arrived_ptr": "i32"}, floats=("qk_scale",), num_warps=warps, num_stages=stages)
+                  "arrived_ptr": "i32"}, floats=("qk_scale",),
+        ints=dict(n_queries=1, stride_qt=group * 2 * head_dim, stride_qh=head_dim, stride_qd=1,
+                  stride_kt=24 * 2 * 2 * head_dim, stride_kh=head_dim, stride_vt=24 * 2 * 2 * head_dim,
+                  stride_vh=head_dim, stride_ot=group * 2 * head_dim, stride_oh=head_dim),
+        num_warps=warps, num_stages=stages)
 
 
 def expert_rows_product(dtype: str, epilogue: str, split_k: int = 1) -> dict:
@@ -105,13 +124,16 @@ def expert_rows_product(dtype: str, epilogue: str, split_k: int = 1) -> dict:
     if dtype == "fp32":
         stages = min(stages, FLOAT32_MAX_STAGES)
     rope = epilogue == "qkv_rope"
+    n, k = {"qkv_rope": (2560, 1024), "gelu_gate": (4096, 1024), "silu_gate": (4096, 1024)}.get(epilogue, (1024, 4096))
     return compile_sm90(_rows_matmul_kernel, dict(
         EPILOGUE=_EPILOGUES[epilogue], NORM=False, W_SCALED=False, HAS_VALID=False, HEADS=8 if rope else 0,
         KV_HEADS=1 if rope else 0, HALF=128 if rope else 1, BLOCK_M=MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k,
         SPLIT_K=split_k, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32"),
         pointer=dtype, pointers={"scale_ptr": "fp32", "cos_ptr": "fp32", "sin_ptr": "fp32", "valid_ptr": "i64",
                                  "part_ptr": "fp32", "arrived_ptr": "i32"},
-        floats=("eps",), num_warps=warps, num_stages=stages)
+        floats=("eps",), ints=dict(M=51, N=n, K=k, K_SLICE=k // split_k, stride_x=k, stride_out=n, stride_res=n,
+                                   stride_cs=128, stride_q=2048, stride_k=256, stride_v=256),
+        num_warps=warps, num_stages=stages)
 
 
 def prefix_attention(dtype: str, rows: int, merge: bool = False) -> dict:
@@ -135,7 +157,8 @@ def prefix_attention(dtype: str, rows: int, merge: bool = False) -> dict:
         MERGE=merge and n_splits > 1, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32"),
         pointer=dtype, pointers={"part_acc_ptr": "fp32", "part_max_ptr": "fp32", "part_sum_ptr": "fp32",
                                  "valid_ptr": "i64", "arrived_ptr": "i32"},
-        floats=("qk_scale",), num_warps=warps, num_stages=stages)
+        floats=("qk_scale",), ints=dict(n_rows=rows, stride_kt=256, stride_vt=256), num_warps=warps,
+        num_stages=stages)
 
 
 #: case name -> the compile it runs
