@@ -77,7 +77,8 @@ def paired_config(rows: int, k: int) -> tuple[int, int, int, int]:
     """``gemv_config`` for a kernel whose programs each take ``BLOCK_N`` row pairs (SwiGLU's gate and up rows,
     RoPE's two halves of a head) of a ``rows``-row weight: half the row slots, so a program reads as many rows and
     the grid is as large as the plain product's over the same weight (two accumulators in registers, not twice
-    the bytes in flight: ptxas gave the gate-up product of (8, 512) 152 registers against 80)."""
+    the bytes in flight: for the hybrid's gate-up product ptxas gives (8, 512) 126 registers, (4, 512) 78, the
+    plain product 78; ``benchmarks.kernel_resources``)."""
     block_n, block_k, warps, stages = gemv_config(rows, k)
     return max(1, block_n // 2), block_k, warps, stages
 
