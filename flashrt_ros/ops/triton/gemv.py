@@ -102,36 +102,50 @@ def _normed_slice(x_ptr, norm_ptr, k0, cols, col_mask, rstd, NORM: tl.constexpr,
 
 
 @triton.jit
+def _row_rstd(x_ptr, K, eps, NORM: tl.constexpr, K_POW2: tl.constexpr):
+    """The RMSNorm's ``rsqrt(mean(x^2) + eps)`` of the whole row, summed in one block as ``ops.triton.norms`` sums
+    it (1.0 without a norm): every program computes it again, ``x`` being a few KiB against megabytes of weights."""
+    rstd = 1.0
+    if NORM != 0:
+        every = tl.arange(0, K_POW2)
+        xs = tl.load(x_ptr + every, mask=every < K, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(xs * xs, axis=0) / K + eps)
+    return rstd
+
+
+@triton.jit
+def _rows_dot(x_ptr, norm_ptr, first_rows, second_rows, row_ok, K, rstd, NORM: tl.constexpr, PAIRED: tl.constexpr,
+              OUT_DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``BLOCK_N`` weight rows (``first_rows``: their pointers) times ``norm(x)``, and with ``PAIRED`` as many more
+    (``second_rows``), accumulated in float32 slice by slice and each rounded to ``OUT_DTYPE`` as the plain GEMV
+    stores it (the second result is 0 unpaired)."""
+    cols = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    acc2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        col_mask = k0 + cols < K
+        x = _normed_slice(x_ptr, norm_ptr, k0, cols, col_mask, rstd, NORM, OUT_DTYPE)
+        mask = row_ok[:, None] & col_mask[None, :]
+        acc += tl.load(first_rows + (k0 + cols)[None, :], mask=mask, other=0.0).to(tl.float32) * x[None, :]
+        if PAIRED:
+            acc2 += tl.load(second_rows + (k0 + cols)[None, :], mask=mask, other=0.0).to(tl.float32) * x[None, :]
+    return tl.sum(acc, axis=1).to(OUT_DTYPE).to(tl.float32), tl.sum(acc2, axis=1).to(OUT_DTYPE).to(tl.float32)
+
+
+@triton.jit
 def _gemv_fused_kernel(x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, N, K, stride_wn, eps,
                        NORM: tl.constexpr, EPILOGUE: tl.constexpr, K_POW2: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     out_dtype = out_ptr.dtype.element_ty
-    rstd = 1.0
-    if NORM != 0:       # the whole row in one block, summed as ops.triton.norms sums it
-        every = tl.arange(0, K_POW2)
-        xs = tl.load(x_ptr + every, mask=every < K, other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(xs * xs, axis=0) / K + eps)
+    rstd = _row_rstd(x_ptr, K, eps, NORM, K_POW2)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
-    cols = tl.arange(0, BLOCK_K)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    acc_up = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    w_rows = w_ptr + rows[:, None].to(tl.int64) * stride_wn
-    up_rows = w_ptr + (rows + N)[:, None].to(tl.int64) * stride_wn
-    for k0 in range(0, K, BLOCK_K):
-        col_mask = k0 + cols < K
-        x = _normed_slice(x_ptr, norm_ptr, k0, cols, col_mask, rstd, NORM, out_dtype)
-        mask = row_mask[:, None] & col_mask[None, :]
-        w = tl.load(w_rows + (k0 + cols)[None, :], mask=mask, other=0.0)
-        acc += w.to(tl.float32) * x[None, :]
-        if EPILOGUE == 2:
-            u = tl.load(up_rows + (k0 + cols)[None, :], mask=mask, other=0.0)
-            acc_up += u.to(tl.float32) * x[None, :]
-    y = tl.sum(acc, axis=1).to(out_dtype).to(tl.float32)
+    y, up = _rows_dot(x_ptr, norm_ptr, w_ptr + rows[:, None].to(tl.int64) * stride_wn,
+                      w_ptr + (rows + N)[:, None].to(tl.int64) * stride_wn, row_mask, K, rstd, NORM, EPILOGUE == 2,
+                      out_dtype, BLOCK_N, BLOCK_K)
     if EPILOGUE == 1:   # the residual stream plus the product rounded to the model dtype
         y = y + tl.load(res_ptr + rows, mask=row_mask, other=0.0).to(tl.float32)
     elif EPILOGUE == 2:  # silu(gate) rounded, times up (ops.triton.elementwise)
-        up = tl.sum(acc_up, axis=1).to(out_dtype).to(tl.float32)
         y = (y * tl.sigmoid(y)).to(out_dtype).to(tl.float32) * up
     tl.store(out_ptr + rows, y.to(out_dtype), mask=row_mask)
 
@@ -178,30 +192,16 @@ def _gemv_qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, q_out_ptr, k_cache_ptr, v_cach
     at ``positions[0]``."""
     out_dtype = q_out_ptr.dtype.element_ty
     half: tl.constexpr = HEAD_DIM // 2
-    rstd = 1.0
-    if NORM != 0:
-        every = tl.arange(0, K_POW2)
-        xs = tl.load(x_ptr + every, mask=every < K, other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(xs * xs, axis=0) / K + eps)
+    rstd = _row_rstd(x_ptr, K, eps, NORM, K_POW2)
     pairs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_pairs = (n_heads + 2 * n_kv_heads) * half
     ok = pairs < n_pairs
     head = pairs // half
     i = pairs % half
     first = head * HEAD_DIM + i
-    cols = tl.arange(0, BLOCK_K)
-    acc1 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    acc2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    rows1 = w_ptr + first[:, None].to(tl.int64) * stride_wn
-    rows2 = w_ptr + (first + half)[:, None].to(tl.int64) * stride_wn
-    for k0 in range(0, K, BLOCK_K):
-        col_mask = k0 + cols < K
-        x = _normed_slice(x_ptr, norm_ptr, k0, cols, col_mask, rstd, NORM, out_dtype)
-        mask = ok[:, None] & col_mask[None, :]
-        acc1 += tl.load(rows1 + (k0 + cols)[None, :], mask=mask, other=0.0).to(tl.float32) * x[None, :]
-        acc2 += tl.load(rows2 + (k0 + cols)[None, :], mask=mask, other=0.0).to(tl.float32) * x[None, :]
-    y1 = tl.sum(acc1, axis=1).to(out_dtype).to(tl.float32)     # the product's rows, rounded as gemv stores them
-    y2 = tl.sum(acc2, axis=1).to(out_dtype).to(tl.float32)
+    y1, y2 = _rows_dot(x_ptr, norm_ptr, w_ptr + first[:, None].to(tl.int64) * stride_wn,
+                       w_ptr + (first + half)[:, None].to(tl.int64) * stride_wn, ok, K, rstd, NORM, True, out_dtype,
+                       BLOCK_N, BLOCK_K)
     pos = tl.load(positions_ptr)
     angle = pos.to(tl.float32) * tl.load(inv_freq_ptr + i, mask=ok, other=0.0)
     cos = tl.cos(angle).to(out_dtype).to(tl.float32)
