@@ -23,9 +23,14 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
+def one_row_on_triton(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether ``x`` is a decode step's one row on CUDA with triton, in ``weight``'s dtype: the GEMV kernels' case."""
+    return x.dim() == 2 and x.shape[0] == 1 and use_triton(x) and weight.dtype == x.dtype
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``, but one row on CUDA without a bias is our GEMV."""
-    if bias is None and x.dim() == 2 and x.shape[0] == 1 and use_triton(x) and weight.dtype == x.dtype:
+    if bias is None and one_row_on_triton(x, weight):
         from flashrt_ros.ops.triton.gemv import gemv
         return gemv(x, weight)
     return F.linear(x, weight, bias)
@@ -44,8 +49,7 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, *, norm: str | None = No
     cuBLAS), so a model written with it computes on the CPU what it computed with those ops."""
     from flashrt_ros.ops.gating import silu_mul
     from flashrt_ros.ops.norms import add_rms_norm
-    if (fused_decode.enabled and bias is None and x.dim() == 2 and x.shape[0] == 1 and use_triton(x)
-            and weight.dtype == x.dtype):
+    if fused_decode.enabled and bias is None and one_row_on_triton(x, weight):
         from flashrt_ros.ops.triton.gemv import gemv_fused
         return gemv_fused(x, weight, norm=norm, norm_weight=norm_weight, eps=eps, epilogue=epilogue,
                           residual=residual)

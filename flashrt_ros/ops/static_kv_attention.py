@@ -78,9 +78,9 @@ def project_rope_write_and_attend(x: torch.Tensor, weight: torch.Tensor, norm_we
     Why one function: a decode step's token on CUDA takes the product, RoPE and the KV write as one launch
     (``ops.triton.gemv.gemv_qkv_rope``, the same bits as the separate kernels); otherwise the separate ops
     (``ops.linear.fused_linear`` then ``rope_write_and_attend``)."""
-    from flashrt_ros.ops.linear import fused_decode, fused_linear
+    from flashrt_ros.ops.linear import fused_decode, fused_linear, one_row_on_triton
     head_dim = weight.shape[0] // (n_heads + 2 * n_kv_heads)
-    if fused_decode.enabled and x.dim() == 2 and x.shape[0] == 1 and use_triton(x) and weight.dtype == x.dtype:
+    if fused_decode.enabled and one_row_on_triton(x, weight):
         from flashrt_ros.ops.triton.attention import static_kv_attention
         from flashrt_ros.ops.triton.gemv import gemv_qkv_rope
         q = gemv_qkv_rope(x, weight, k_cache, v_cache, positions, inv_freq, n_heads, n_kv_heads, norm="llama",

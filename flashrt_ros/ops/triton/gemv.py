@@ -42,6 +42,12 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_wn,
     tl.store(out_ptr + rows, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=row_mask)
 
 
+def _one_row(x: torch.Tensor, k: int) -> torch.Tensor:
+    """``x [1, K]`` (or any view of ``K`` elements) as a contiguous ``[K]`` the kernels read with unit stride."""
+    x = x.reshape(k)
+    return x if x.stride(0) == 1 else x.contiguous()
+
+
 def gemv_config(n: int, k: int) -> tuple[int, int, int, int]:
     """``(BLOCK_N, BLOCK_K, num_warps, num_stages)``: enough programs to fill the GPU, wide loads.
 
@@ -62,9 +68,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, config: tuple[int, int, int, int
     """``x [1, K] @ weight[N, K]^T`` -> ``[1, N]`` in x's dtype, accumulated in float32."""
     n, k = weight.shape
     assert x.shape[-1] == k and x.numel() == k and weight.stride(1) == 1
-    x = x.reshape(k)
-    if x.stride(0) != 1:
-        x = x.contiguous()
+    x = _one_row(x, k)
     block_n, block_k, warps, stages = config or gemv_config(n, k)
     out = torch.empty((1, n), dtype=x.dtype, device=x.device)
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
@@ -164,9 +168,7 @@ def gemv_fused(x: torch.Tensor, weight: torch.Tensor, *, norm: str | None = None
         raise ValueError(f"norm one of {list(NORMS)}, epilogue one of {list(EPILOGUES)}")
     assert x.shape[-1] == k and x.numel() == k and weight.stride(1) == 1
     n = rows // 2 if epilogue == "silu_gate" else rows
-    x = x.reshape(k)
-    if x.stride(0) != 1:
-        x = x.contiguous()
+    x = _one_row(x, k)
     out = torch.empty((1, n), dtype=x.dtype, device=x.device)
     if epilogue == "residual":
         assert residual is not None and residual.numel() == n
@@ -237,9 +239,7 @@ def gemv_qkv_rope(x: torch.Tensor, weight: torch.Tensor, k_cache: torch.Tensor, 
     assert x.numel() == k and weight.stride(1) == 1 and inv_freq.numel() == head_dim // 2
     assert k_cache.stride(2) == v_cache.stride(2) == 1 and k_cache.stride(1) == v_cache.stride(1) == head_dim
     assert k_cache.stride(0) == v_cache.stride(0)
-    x = x.reshape(k)
-    if x.stride(0) != 1:
-        x = x.contiguous()
+    x = _one_row(x, k)
     q = torch.empty((1, n_heads, head_dim), dtype=x.dtype, device=x.device)
     block_n, block_k, warps, stages = config or paired_config(rows, k)
     pairs = rows // 2
