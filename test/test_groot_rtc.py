@@ -22,12 +22,11 @@ import torch
 
 from host_reads import no_host_reads
 from rtc_reference import engine_run
-from tiny_groot import run
+from tiny_groot import reference_observations, run
 from flashrt_ros.engine.chunk_planner import ReplanConfig
 from flashrt_ros.engine.policy_engine import PolicyEngine
 from flashrt_ros.engine.vla import set_instruction
 from flashrt_ros.models.lerobot.factory import load_lerobot_policy
-from flashrt_ros.models.policy_features import STATE
 from flashrt_ros.models.policy_interface import Guidance
 from flashrt_ros.models.rtc import prefix_weights
 from flashrt_ros.runtime.arena import StateArena
@@ -67,17 +66,11 @@ def rtc_engine(directory: str, rtc: dict, capsules: Path, task: str, numerics: s
     return engine
 
 
-def episode_observations(case, inputs: dict) -> list[dict[str, torch.Tensor]]:
-    return [{STATE: inputs["observation.state"][k],
-             **{f"observation.images.cam{i}": inputs[f"observation.images.cam{i}"][k] for i in range(case.cameras)}}
-            for k in range(case.steps)]
-
-
 @pytest.mark.parametrize("name", sorted(RTC_CASES))
 def test_the_engines_rtc_plans_equal_lerobots_rtc_on_lerobots_groot(name, cases, tmp_path):
     case, inputs, rec = cases[name]
     engine = rtc_engine(case.directory, case.rtc, tmp_path / "capsules", case.task)
-    ours, our_queues, launched = engine_run(engine, episode_observations(case, inputs))
+    ours, our_queues, launched = engine_run(engine, reference_observations(case, inputs))
     theirs = rec["rtc_chunks"]
     their_queues = [q[:n] for q, n in zip(rec["rtc_remaining"], rec["rtc_remaining_len"].tolist())]
     assert launched == theirs.shape[0] and len(ours) >= 2, (launched, len(ours), theirs.shape[0])
@@ -118,7 +111,7 @@ def test_a_guided_fast_plan_equals_exact_and_reads_nothing_on_the_host(cases, tm
     runs = {}
     for numerics in ("exact", "fast"):
         engine = rtc_engine(case.directory, case.rtc, tmp_path / numerics, case.task, numerics)
-        runs[numerics] = torch.stack([engine.step(o) for o in episode_observations(case, inputs)])
+        runs[numerics] = torch.stack([engine.step(o) for o in reference_observations(case, inputs)])
         engine.close()
     error = float((runs["fast"] - runs["exact"]).abs().max() / runs["exact"].abs().max())
     print(f"GR00T RTC, fast vs exact: {error:.3g} of the largest action")
@@ -127,7 +120,7 @@ def test_a_guided_fast_plan_equals_exact_and_reads_nothing_on_the_host(cases, tm
     policy.set_default_instruction(case.task)
     arena = StateArena(policy.state_specs())
     policy.init_state(arena)
-    obs = episode_observations(case, inputs)
+    obs = reference_observations(case, inputs)
     with torch.no_grad():
         policy.plan({k: v.float() / 255 if v.dtype == torch.uint8 else v for k, v in obs[0].items()}, arena)
     guide = Guidance(arena[policy.QUEUE].clone(), torch.tensor(5), prefix_weights(3, 5, HORIZON, "linear"), 10.0)

@@ -61,16 +61,21 @@ def counter_noise_reference(root: Path, **case_fields) -> tuple:
     return case, reference_inputs(case), reference_record(case)
 
 
+def reference_observations(case, inputs: dict) -> list[dict[str, torch.Tensor]]:
+    """The reference episode's inputs (``groot_reference.reference_inputs``) as one observation a step: the state
+    and every camera's uint8 frame, under the policy's feature names."""
+    return [{STATE: inputs["observation.state"][step],
+             **{f"observation.images.cam{i}": inputs[f"observation.images.cam{i}"][step] for i in range(case.cameras)}}
+            for step in range(case.steps)]
+
+
 def arena_episode(policy: GrootPolicy, case, inputs: dict) -> tuple[list[torch.Tensor], list[int], StateArena]:
     """The reference's episode inputs stepped through an arena, a replan whenever the queue is empty: the
     actions, the steps that replanned, the arena."""
     arena = StateArena(policy.state_specs())
     policy.init_state(arena)
     actions, replans = [], []
-    for step in range(case.steps):
-        observation = {STATE: inputs["observation.state"][step]}
-        observation.update({f"observation.images.cam{i}": inputs[f"observation.images.cam{i}"][step]
-                            for i in range(case.cameras)})
+    for step, observation in enumerate(reference_observations(case, inputs)):
         replan = int(arena[policy.LEFT]) == 0
         replans += [step] if replan else []
         with torch.no_grad():
